@@ -1,0 +1,97 @@
+"""What the callback costs a training run, side by side with the tools users would otherwise use.
+
+Runs the same CPU fit, interleaved over several rounds (so drift hits every variant alike):
+
+* ``bare``                 : no profiling at all
+* ``callback``             : BottleneckCallback() at its defaults (5/5/5 window, sync hooks, report)
+* ``callback-outside``     : the callback with its window pushed past the end of the run: the always-on
+                              cost (step timing + sync hooks) alone
+* ``SimpleProfiler``       : Lightning's ``Trainer(profiler="simple")``
+* ``PyTorchProfiler``      : Lightning's ``Trainer(profiler="pytorch")``
+
+and prints the median wall time of ``trainer.fit`` and its ratio to ``bare``.
+
+    python benchmarks/overhead.py [--steps 300] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from scenarios import Regressor, in_memory  # noqa: E402
+
+from lightning_bottleneck import BottleneckCallback  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def make_fit(steps: int, variant: str) -> Callable[[], float]:
+    def run() -> float:
+        torch.manual_seed(0)
+        model = Regressor(dim=256, width=512, depth=3)
+        loader = DataLoader(in_memory(8192, 256), batch_size=128, shuffle=True)
+        kwargs: dict[str, Any] = {}
+        callbacks: list[Any] = []
+        if variant == "callback":
+            callbacks.append(BottleneckCallback(verbose=False))
+        elif variant == "callback-outside":
+            callbacks.append(BottleneckCallback(skip_first=10 * steps, verbose=False))
+        elif variant == "SimpleProfiler":
+            kwargs["profiler"] = "simple"
+        elif variant == "PyTorchProfiler":
+            kwargs["profiler"] = "pytorch"
+        with tempfile.TemporaryDirectory() as root:
+            trainer = pl.Trainer(
+                accelerator="cpu",
+                max_steps=steps,
+                logger=False,
+                default_root_dir=root,
+                callbacks=callbacks,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                enable_checkpointing=False,
+                **kwargs,
+            )
+            t0 = time.perf_counter()
+            trainer.fit(model, loader)
+            return time.perf_counter() - t0
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    variants = ["bare", "callback", "callback-outside", "SimpleProfiler", "PyTorchProfiler"]
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    make_fit(20, "bare")()  # warm caches/imports once
+    for r in range(args.rounds):
+        order = variants[r % len(variants):] + variants[: r % len(variants)]
+        for v in order:
+            times[v].append(make_fit(args.steps, v)())
+    base = statistics.median(times["bare"])
+    print(f"fit of {args.steps} steps (CPU, 1 thread), median of {args.rounds} interleaved rounds")
+    print(f"{'variant':<18} {'median s':>9} {'min s':>8} {'vs bare':>8}")
+    for v in variants:
+        med = statistics.median(times[v])
+        print(f"{v:<18} {med:9.3f} {min(times[v]):8.3f} {med / base:8.3f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""Advice: concrete settings for *this* run, derived from its real configuration. Pure (no torch).
+
+Never recommends what is already set. Each recommendation carries a ``settings`` dict (names listed in
+the README) and a copy-pasteable ``snippet``. The primary bucket's advice comes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lightning_bottleneck.categories import Category
+from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.report import Finding, Recommendation
+
+# Workers beyond this rarely help one training process and each costs memory (a copy of the dataset
+# object per worker); Lightning's own "does not have many workers" hint also caps at the CPU count.
+MAX_SUGGESTED_WORKERS = 8
+# Prefetching more batches per worker evens out a spiky loader (torch default is 2).
+SUGGESTED_PREFETCH_FACTOR = 4
+# Doubling the batch halves the per-sample launch/dispatch overhead.
+BATCH_GROWTH = 2
+
+
+def _loader(settings: dict[str, object], cfg: RunConfig) -> str:
+    args = ["dataset"]
+    if cfg.batch_size is not None and "batch_size" not in settings:
+        args.append(f"batch_size={cfg.batch_size}")
+    args += [f"{k}={v!r}" for k, v in settings.items()]
+    return f"DataLoader({', '.join(args)})"
+
+
+def suggested_workers(cfg: RunConfig) -> int:
+    cpus = cfg.usable_cpus or 1
+    per_process = max(1, cpus // max(1, cfg.devices_per_node))
+    # Leave one core to the training process itself when there is more than one.
+    return max(1, min(MAX_SUGGESTED_WORKERS, per_process - 1 if per_process > 1 else 1))
+
+
+def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
+    recs: list[Recommendation] = []
+    workers = cfg.num_workers
+    target = suggested_workers(cfg)
+    stall = any(f.kind == "epoch_start_stall" for f in findings)
+    if workers is not None and workers < target:
+        settings: dict[str, object] = {"num_workers": target}
+        if not cfg.persistent_workers:
+            settings["persistent_workers"] = True
+        if cfg.accelerator == "cuda" and not cfg.pin_memory:
+            settings["pin_memory"] = True
+        recs.append(
+            Recommendation(
+                kind="input",
+                title=f"Load batches in {target} background worker(s)",
+                detail=(
+                    f"The train DataLoader uses num_workers={workers}, so every batch is loaded on the training "
+                    f"process while the model waits. This process may use {cfg.usable_cpus} CPU(s)"
+                    + (f" shared by {cfg.devices_per_node} processes per node" if cfg.devices_per_node > 1 else "")
+                    + f"; {target} worker(s) leave one for training."
+                ),
+                settings=settings,
+                snippet=_loader(settings, cfg),
+            )
+        )
+        return recs
+    if workers:
+        if stall and not cfg.persistent_workers:
+            recs.append(
+                Recommendation(
+                    kind="input",
+                    title="Keep DataLoader workers alive between epochs",
+                    detail="Workers are re-created at every epoch and each start costs a visible stall.",
+                    settings={"persistent_workers": True},
+                    snippet=_loader({"num_workers": workers, "persistent_workers": True}, cfg),
+                )
+            )
+        if cfg.accelerator == "cuda" and not cfg.pin_memory:
+            recs.append(
+                Recommendation(
+                    kind="input",
+                    title="Pin host memory for faster, asynchronous copies",
+                    detail="Pinned batches copy to the GPU with non_blocking=True, overlapping the transfer.",
+                    settings={"pin_memory": True},
+                    snippet=_loader({"num_workers": workers, "pin_memory": True}, cfg),
+                )
+            )
+        pf = cfg.prefetch_factor or 2
+        if pf < SUGGESTED_PREFETCH_FACTOR:
+            recs.append(
+                Recommendation(
+                    kind="input",
+                    title=f"Prefetch {SUGGESTED_PREFETCH_FACTOR} batches per worker",
+                    detail=f"prefetch_factor={pf} leaves little slack when some batches are slower than others.",
+                    settings={"prefetch_factor": SUGGESTED_PREFETCH_FACTOR},
+                    snippet=_loader({"num_workers": workers, "prefetch_factor": SUGGESTED_PREFETCH_FACTOR}, cfg),
+                )
+            )
+    recs.append(
+        Recommendation(
+            kind="input",
+            title="Make each sample cheaper to produce",
+            detail=(
+                "The loader itself is the limit"
+                + (f" even with {workers} workers" if workers else "")
+                + ": cache decoded samples, move heavy augmentations to the GPU or do them batched in "
+                "`on_after_batch_transfer`, and avoid per-sample Python loops in `__getitem__`."
+            ),
+            settings={},
+            snippet="def on_after_batch_transfer(self, batch, dataloader_idx):\n    return gpu_augment(batch)",
+        )
+    )
+    return recs
+
+
+def overhead_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
+    recs: list[Recommendation] = []
+    if not cfg.compiled:
+        mode = "reduce-overhead" if cfg.accelerator == "cuda" else "default"
+        detail = "torch.compile fuses the many small ops into few kernels and removes Python dispatch per op"
+        if mode == "reduce-overhead":
+            detail += "; mode='reduce-overhead' also replays them as CUDA graphs (one launch per step)"
+        recs.append(
+            Recommendation(
+                kind="overhead",
+                title="Compile the model",
+                detail=detail + ".",
+                settings={"compile": True, "compile_mode": mode},
+                snippet=f'model = torch.compile(model, mode="{mode}")\ntrainer.fit(model, datamodule)',
+            )
+        )
+    if cfg.batch_size:
+        new = cfg.batch_size * BATCH_GROWTH
+        recs.append(
+            Recommendation(
+                kind="overhead",
+                title=f"Use a bigger batch ({cfg.batch_size} -> {new})",
+                detail="Per-op overhead is paid once per step whatever the batch size; a bigger batch amortises it.",
+                settings={"batch_size": new},
+                snippet=_loader({"batch_size": new}, cfg),
+            )
+        )
+    recs.append(
+        Recommendation(
+            kind="overhead",
+            title="Vectorise Python loops over tensors",
+            detail="Replace per-element or per-row loops in the step with batched tensor ops.",
+            settings={},
+            snippet="# instead of: for i in range(n): y = y + w[i] * x\ny = y + (w[:, None] * x).sum(0)",
+        )
+    )
+    return recs
+
+
+def _precision_target(cfg: RunConfig) -> str | None:
+    if cfg.precision and ("16" in cfg.precision):
+        return None
+    if cfg.accelerator == "cuda":
+        return "bf16-mixed" if cfg.bf16_supported else "16-mixed"
+    if cfg.accelerator == "cpu" and cfg.bf16_supported:
+        return "bf16-mixed"
+    return None
+
+
+def compute_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
+    recs: list[Recommendation] = []
+    target = _precision_target(cfg)
+    if target is not None:
+        why = (
+            "the GPU supports bf16 (no loss scaling needed)" if target == "bf16-mixed" and cfg.accelerator == "cuda"
+            else "the GPU lacks bf16, so fp16 with loss scaling" if target == "16-mixed"
+            else "this CPU has native bf16 instructions (AVX512-BF16/AMX)"
+        )
+        recs.append(
+            Recommendation(
+                kind="compute",
+                title=f"Train in mixed precision ({target})",
+                detail=f"The run uses precision={cfg.precision!r}; {why}. Matmuls and convolutions run about twice as fast.",
+                settings={"precision": target},
+                snippet=f'Trainer(precision="{target}")',
+            )
+        )
+    if cfg.accelerator == "cuda" and cfg.tf32_capable and (cfg.float32_matmul_precision or "highest") == "highest":
+        recs.append(
+            Recommendation(
+                kind="compute",
+                title="Allow TF32 for float32 matmuls",
+                detail="This GPU has TF32 tensor cores; float32 matmuls currently use full-precision FP32 units.",
+                settings={"float32_matmul_precision": "high"},
+                snippet='torch.set_float32_matmul_precision("high")',
+            )
+        )
+    if not cfg.compiled:
+        recs.append(
+            Recommendation(
+                kind="compute",
+                title="Compile the model to fuse kernels",
+                detail="torch.compile fuses elementwise ops into the matmuls' neighbours and picks faster kernels.",
+                settings={"compile": True, "compile_mode": "max-autotune" if cfg.accelerator == "cuda" else "default"},
+                snippet="model = torch.compile(model)",
+            )
+        )
+    recs.append(
+        Recommendation(
+            kind="compute",
+            title="Use fused kernels for attention and normalisation",
+            detail="Hand-written attention (softmax(QK^T)V) should call torch.nn.functional.scaled_dot_product_attention.",
+            settings={},
+            snippet="out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        )
+    )
+    return recs
+
+
+def memory_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
+    recs = [
+        Recommendation(
+            kind="memory",
+            title="Recompute activations in the backward pass (activation checkpointing)",
+            detail="Trades roughly a third more compute for storing far fewer activations.",
+            settings={"gradient_checkpointing": True},
+            snippet="from torch.utils.checkpoint import checkpoint\nx = checkpoint(block, x, use_reentrant=False)",
+        )
+    ]
+    target = _precision_target(cfg) if cfg.accelerator == "cuda" else None
+    if target:
+        recs.append(
+            Recommendation(
+                kind="memory",
+                title=f"Halve activation memory with {target}",
+                detail=f"The run uses precision={cfg.precision!r}; 16-bit activations take half the memory.",
+                settings={"precision": target},
+                snippet=f'Trainer(precision="{target}")',
+            )
+        )
+    if cfg.batch_size and cfg.batch_size > 1:
+        bs = max(1, cfg.batch_size // 2)
+        acc = cfg.accumulate_grad_batches * 2
+        recs.append(
+            Recommendation(
+                kind="memory",
+                title=f"Halve the batch and accumulate gradients (batch {bs} x {acc})",
+                detail="Same effective batch size, half the activation memory per step.",
+                settings={"batch_size": bs, "accumulate_grad_batches": acc},
+                snippet=f"{_loader({'batch_size': bs}, cfg)}\nTrainer(accumulate_grad_batches={acc})",
+            )
+        )
+    return recs
+
+
+def communication_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
+    from lightning_bottleneck.advice.communication import communication_recommendations
+
+    return communication_recommendations(cfg, findings)
+
+
+def sync_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
+    # Per-site advice (with the user's line) is added by the caller from the sync hooks' sites; this is
+    # what a trace alone can say.
+    return [
+        Recommendation(
+            kind="sync",
+            title="Remove host-device synchronisations from the training step",
+            detail=(
+                "Calls such as .item(), .cpu(), .tolist(), print(tensor) and torch.cuda.synchronize() make the "
+                "host wait for the GPU every step. Accumulate on the device and read values every N steps."
+            ),
+            settings={"log_every_n_steps": 50},
+            snippet='self.log("loss", loss)  # pass the tensor; Lightning reads it every log_every_n_steps',
+        )
+    ]
+
+
+ADVISORS: dict[Category, Callable[[RunConfig, list[Finding]], list[Recommendation]]] = {
+    Category.INPUT: input_advice,
+    Category.SYNC: sync_advice,
+    Category.OVERHEAD: overhead_advice,
+    Category.COMPUTE: compute_advice,
+    Category.MEMORY: memory_advice,
+    Category.COMMUNICATION: communication_advice,
+}
+
+
+def advise(primary: Category, findings: list[Finding], evidence: Evidence) -> list[Recommendation]:
+    """Recommendations for the primary bucket first, then for other buckets with findings."""
+    cfg = evidence.config or RunConfig(accelerator=_accelerator_from(evidence))
+    order = [primary] + [Category(f.kind) for f in findings if f.kind in Category._value2member_map_]
+    seen: set[Category] = set()
+    recs: list[Recommendation] = []
+    for cat in order:
+        if cat in seen or cat not in ADVISORS:
+            continue
+        seen.add(cat)
+        recs += ADVISORS[cat](cfg, findings)
+    return _drop_already_set(recs, cfg)
+
+
+def _accelerator_from(evidence: Evidence) -> str:
+    for s in evidence.summaries:
+        if s.device in ("cuda", "rocm"):
+            return "cuda"
+    return "cpu"
+
+
+def _drop_already_set(recs: list[Recommendation], cfg: RunConfig) -> list[Recommendation]:
+    current = {
+        "num_workers": cfg.num_workers,
+        "pin_memory": cfg.pin_memory,
+        "persistent_workers": cfg.persistent_workers,
+        "prefetch_factor": cfg.prefetch_factor,
+        "batch_size": cfg.batch_size,
+        "precision": cfg.precision,
+        "compile": cfg.compiled,
+        "float32_matmul_precision": cfg.float32_matmul_precision,
+        "accumulate_grad_batches": cfg.accumulate_grad_batches,
+    }
+    out = []
+    for r in recs:
+        if r.settings and all(current.get(k) == v for k, v in r.settings.items() if k in current) and all(
+            k in current for k in r.settings
+        ):
+            continue
+        out.append(r)
+    return out

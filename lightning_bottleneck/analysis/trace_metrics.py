@@ -1,0 +1,552 @@
+"""One trace -> one :class:`TraceSummary`: the analysis core shared by the live callback and the CLI.
+
+Every number is computed on the *analysed steps* of one rank, with vectorised interval arithmetic on the
+columnar :class:`~lightning_bottleneck.trace.model.Trace` (numpy only: no torch, no pandas). The
+definitions, and how they compare with torch-tb-profiler and HolisticTraceAnalysis, are in
+``docs/trace-metrics.md``; the thresholds are the named constants below.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.trace.intervals import EMPTY, Intervals, intersect, merge, subtract, union
+from lightning_bottleneck.trace.model import DEVICE_WORK_KINDS, EventKind, Trace
+
+__all__ = ["gpu_temporal_breakdown", "summarize_trace"]
+
+# ---- thresholds ---------------------------------------------------------------------------------------
+
+#: A top-level CPU op at least this long is "real work"; shorter ones are dispatch-dominated. Eager
+#: PyTorch spends ~5-20 µs per op in Python + dispatcher + (on GPU) the launch itself before any data is
+#: touched (a 32-element ``aten::add`` measures 5-20 µs on current CPUs); 50 µs is 2.5x the top of that
+#: range, so an op above it is doing work that grows with the tensor, not with the op count.
+LONG_HOST_OP_US = 50.0
+
+#: A kernel shorter than this runs for less time than the host needs to launch the next one
+#: (cudaLaunchKernel costs ~3-10 µs of host time plus a few µs of device-side launch latency), so a GPU
+#: fed a stream of such kernels idles between them: the "launch-bound" signature. 10 µs is the bound
+#: NVIDIA's guidance and HTA's kernel-duration histograms use for "small kernels".
+SHORT_KERNEL_US = 10.0
+
+#: HTA's ``consecutive_kernel_delay`` default (trace time units, i.e. µs): a device gap shorter than this,
+#: not caused by a late launch, is the normal back-to-back kernel launch latency ("kernel wait").
+KERNEL_WAIT_US = 30.0
+
+#: torch-tb-profiler drops trailing steps whose device work was not fully captured: a last step with
+#: fewer than this fraction of the previous step's device events (``_update_steps_duration``).
+INCOMPLETE_TAIL_STEP_RATIO = 0.8
+
+#: Minimum number of ``Optimizer.step#`` spans on one thread to delimit steps with them when the trace
+#: has no ``ProfilerStep#N`` markers (two spans give one complete step between them).
+MIN_OPTIMIZER_STEPS = 2
+
+# ---- name vocabularies ------------------------------------------------------------------------------
+
+PROFILER_STEP_PREFIX = "ProfilerStep#"
+PHASE_PREFIX = "bottleneck/"
+#: record_function labels: never counted as CPU "ops" (old-schema traces record them as Operator).
+LABEL_PREFIXES = (
+    PROFILER_STEP_PREFIX,
+    "enumerate(DataLoader)",
+    "enumerate(DataPipe)",
+    "Optimizer.step#",
+    "Optimizer.zero_grad#",
+    PHASE_PREFIX,
+    "[pl][profile]",
+)
+SYNC_APIS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+    }
+)
+#: Runtime copy calls: they block the host when the copy goes device-to-host.
+MEMCPY_APIS = re.compile(r"^(cuda|hip|cu)Memcpy", re.IGNORECASE)
+D2H = re.compile(r"DtoH|D2H|Device -> (Pageable|Pinned|Host)", re.IGNORECASE)
+LOCAL_SCALAR_DENSE = "aten::_local_scalar_dense"
+#: CPU-side collectives: gloo/NCCL record_function labels, c10d ops, param-comms records, barriers.
+COLLECTIVE = re.compile(r"^(gloo:|nccl:|rccl:|mpi:|c10d::|c10d:|record_param_comms)|barrier", re.IGNORECASE)
+#: Collectives whose CPU-side span only enqueues device work (not a host wait) on GPU traces.
+DEVICE_COLLECTIVE_ENQUEUE = re.compile(r"^(nccl:|rccl:)", re.IGNORECASE)
+#: Communication kernels (NCCL on CUDA, RCCL on ROCm).
+COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+
+#: Tensor-core kernel signatures: torch-tb-profiler 0.4.3 ``TC_Allowlist`` (from NVIDIA PyProf), plus
+#: the Hopper/Ampere/CUTLASS/flash-attention and ROCm MFMA names that list predates.
+TENSOR_CORE_KERNEL = re.compile(
+    "|".join(
+        [
+            r"h884|s884|h1688|s1688|hmma|i8816|16816|c1688|1688gemm|884gemm",  # tb-profiler / PyProf
+            r"dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv1x1|conv2d_c1_k1|direct_group",  # ditto
+            r"xmma|wgmma|gmma_|tensorop|_tc_|tf32|bf16gemm|hgemm",  # Volta..Hopper cuBLAS/CUTLASS names
+            r"flash_fwd|flash_bwd|fmha|sm90_|sm100_",  # attention kernels and Hopper+ cuBLAS builds
+            r"_MI\d+x\d+x\d+|mfma",  # ROCm Tensile/hipBLASLt matrix-core (MFMA) kernels
+        ]
+    ),
+    re.IGNORECASE,
+)
+#: Ops whose kernels could run on tensor cores: torch-tb-profiler's ``TC_OP_Allowlist`` (the autocast
+#: fp16 list) plus SDPA.
+TENSOR_CORE_ELIGIBLE_OPS = frozenset(
+    {
+        "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_tbc",
+        "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+        "aten::convolution", "aten::cudnn_convolution", "aten::cudnn_convolution_transpose",
+        "aten::prelu", "aten::addmm", "aten::addmv", "aten::addr", "aten::matmul", "aten::mm",
+        "aten::mv", "aten::linear", "aten::addbmm", "aten::baddbmm", "aten::bmm",
+        "aten::chain_matmul", "aten::linalg_multi_dot", "aten::_thnn_fused_lstm_cell",
+        "aten::_thnn_fused_gru_cell", "aten::lstm_cell", "aten::gru_cell", "aten::rnn_tanh_cell",
+        "aten::rnn_relu_cell", "aten::addmm_", "aten::cudnn_convolution_backward",
+        "aten::cudnn_convolution_backward_input", "aten::cudnn_convolution_backward_weight",
+        "aten::cudnn_convolution_transpose_backward", "aten::convolution_backward",
+        "aten::_scaled_dot_product_attention", "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
+        "aten::_efficient_attention_forward", "aten::_scaled_mm",
+    }
+)  # fmt: skip
+#: Kernel names of GEMM / convolution / attention work (eligible whatever op launched them).
+GEMM_LIKE_KERNEL = re.compile(r"gemm|gemv|conv|cudnn|cutlass|attention|fmha|flash|Cijk_", re.IGNORECASE)
+#: fp32 GEMMs that run on the CUDA cores (no tensor-core signature): cuBLAS ``sgemm`` family,
+#: CUTLASS ``simt`` fp32 kernels, templated gemm/gemv kernels instantiated on float.
+FP32_GEMM_KERNEL = re.compile(r"sgemm|simt_s|gemm\w*<float|gemv\w*<[^>]*float|_SB_|gemmSN", re.IGNORECASE)
+
+
+@dataclass
+class _Steps:
+    starts: np.ndarray
+    ends: np.ndarray
+    main_thread: int
+    source: str
+    notes: list[str]
+
+    @property
+    def windows(self) -> Intervals:
+        return merge(self.starts, self.ends)
+
+    @property
+    def count(self) -> int:
+        return int(self.starts.shape[0])
+
+
+def summarize_trace(trace: Trace, source: str | None = None) -> TraceSummary:
+    """Compute every :class:`TraceSummary` field for one rank's trace."""
+    summary = TraceSummary(
+        rank=trace.rank,
+        world_size=trace.world_size,
+        device=trace.device_type,
+        device_name=_device_name(trace),
+        source=source if source is not None else str(trace.path),
+    )
+    launch_ts, launch_end = _launch_times(trace)
+    steps = _find_steps(trace)
+    if steps is None:
+        summary.step_source = "no host events: nothing to analyse"
+        summary.extra["notes"] = list(trace.notes)
+        return summary
+    if trace.has_device_events:
+        steps = _align_steps_to_device(trace, steps, launch_ts, launch_end)
+    summary.step_source = steps.source
+    summary.num_steps = steps.count
+    durations = steps.ends - steps.starts
+    summary.step_times_ms = [round(float(d) / 1000.0, 4) for d in durations]
+    total = float(durations.sum())
+    notes = list(trace.notes) + steps.notes
+    if total <= 0:
+        summary.extra["notes"] = notes
+        return summary
+    _host_metrics(trace, steps, total, summary)
+    if trace.has_device_events:
+        _device_metrics(trace, steps, total, launch_ts, summary)
+    summary.extra["notes"] = notes
+    return summary
+
+
+# ---- steps ----------------------------------------------------------------------------------------------
+
+
+def _find_steps(trace: Trace) -> _Steps | None:
+    host = np.isin(trace.kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))
+    if not host.any():
+        return None
+    is_step = host & trace.name_mask(lambda n: n.startswith(PROFILER_STEP_PREFIX))
+    if is_step.any():
+        threads, counts = np.unique(trace.thread[is_step], return_counts=True)
+        main = int(threads[np.argmax(counts)])
+        sel = np.flatnonzero(is_step & (trace.thread == main))
+        order = np.argsort(trace.ts[sel], kind="stable")
+        sel = sel[order]
+        return _Steps(trace.ts[sel], trace.end[sel], main, "ProfilerStep", [])
+    main = _busiest_thread(trace, host)
+    opt = host & (trace.thread == main) & trace.name_mask(lambda n: n.startswith("Optimizer.step#"))
+    if int(opt.sum()) >= MIN_OPTIMIZER_STEPS:
+        ends = np.sort(trace.end[opt])
+        return _Steps(
+            ends[:-1],
+            ends[1:],
+            main,
+            f"no ProfilerStep#N markers: {ends.size - 1} step(s) delimited by consecutive "
+            "Optimizer.step# spans on the main thread",
+            [],
+        )
+    sel = host & (trace.thread == main)
+    start, end = float(trace.ts[sel].min()), float(trace.end[sel].max())
+    return _Steps(
+        np.array([start]),
+        np.array([end]),
+        main,
+        "no ProfilerStep#N markers and no repeated Optimizer.step#: the whole traced window of the "
+        f"busiest host thread ({(end - start) / 1000.0:.1f} ms) is analysed as one step",
+        [],
+    )
+
+
+def _busiest_thread(trace: Trace, host: np.ndarray) -> int:
+    """The host thread whose ops cover the most wall time."""
+    best, best_cover = 0, -1.0
+    for thread in np.unique(trace.thread[host]):
+        sel = host & (trace.thread == thread)
+        cover = merge(trace.ts[sel], trace.end[sel]).total
+        if cover > best_cover:
+            best, best_cover = int(thread), cover
+    return best
+
+
+def _launch_times(trace: Trace, with_sync: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """For every device event: start/end of the runtime call with the same correlation id (NaN if none)."""
+    n = len(trace)
+    launch_ts = np.full(n, np.nan)
+    launch_end = np.full(n, np.nan)
+    rt = np.flatnonzero((trace.kind == EventKind.RUNTIME) & (trace.correlation >= 0))
+    kinds = (*DEVICE_WORK_KINDS, EventKind.CUDA_SYNC) if with_sync else DEVICE_WORK_KINDS
+    dev = np.flatnonzero(np.isin(trace.kind, kinds) & (trace.correlation >= 0))
+    if rt.size == 0 or dev.size == 0:
+        return launch_ts, launch_end
+    order = np.argsort(trace.correlation[rt], kind="stable")
+    rt_corr = trace.correlation[rt][order]
+    rt_idx = rt[order]
+    pos = np.clip(np.searchsorted(rt_corr, trace.correlation[dev]), 0, rt_corr.size - 1)
+    found = rt_corr[pos] == trace.correlation[dev]
+    launch_ts[dev[found]] = trace.ts[rt_idx[pos[found]]]
+    launch_end[dev[found]] = trace.end[rt_idx[pos[found]]]
+    return launch_ts, launch_end
+
+
+def _align_steps_to_device(trace: Trace, steps: _Steps, launch_ts: np.ndarray, launch_end: np.ndarray) -> _Steps:
+    """torch-tb-profiler's step alignment: a step ends when the device work it launched ends.
+
+    A device op belongs to the step whose host span wholly contains its runtime launch call. Step i then
+    runs from max(end of step i-1, its host start) to max(its host end, end of its device work); the first
+    step starts after device work launched before it. Trailing steps whose device work was cut off by the
+    end of the trace are dropped, as torch-tb-profiler does.
+    """
+    dev = np.isin(trace.kind, DEVICE_WORK_KINDS)
+    idx = np.flatnonzero(dev & ~np.isnan(launch_ts))
+    n = steps.count
+    dev_max = np.full(n, -np.inf)
+    dev_min = np.full(n, np.inf)
+    matched = np.zeros(n, dtype=np.int64)
+    step_of = np.searchsorted(steps.starts, launch_ts[idx], side="right") - 1
+    ok = step_of >= 0
+    ok[ok] &= launch_end[idx[ok]] <= steps.ends[step_of[ok]]
+    in_step = idx[ok]
+    s_of = step_of[ok]
+    np.maximum.at(dev_max, s_of, trace.end[in_step])
+    np.minimum.at(dev_min, s_of, trace.ts[in_step])
+    np.add.at(matched, s_of, 1)
+    if not matched.any():
+        return steps
+    prev_end = float(steps.starts[0])
+    if np.isfinite(dev_min[0]):
+        unmatched = np.ones(len(trace), dtype=bool)
+        unmatched[in_step] = False
+        early = dev & unmatched & (trace.end < dev_min[0])
+        if early.any():
+            prev_end = max(prev_end, float(trace.end[early].max()))
+    starts = np.empty(n)
+    ends = np.empty(n)
+    for i in range(n):
+        start = max(prev_end, float(steps.starts[i]))
+        end = float(steps.ends[i]) if matched[i] == 0 else max(float(steps.ends[i]), float(dev_max[i]))
+        end = max(end, start)
+        starts[i], ends[i] = start, end
+        prev_end = end
+    notes = list(steps.notes)
+    source = steps.source
+    keep = n
+    if n > 1:
+        last = int(np.flatnonzero(matched > 0)[-1])
+        keep = last + 1
+        if last > 0 and matched[last - 1] * INCOMPLETE_TAIL_STEP_RATIO > matched[last]:
+            keep = last
+        if keep < n:
+            notes.append(
+                f"dropped the last {n - keep} step(s): the trace ends before their device work does"
+            )
+            source = f"{source} (last {n - keep} step(s) dropped: device work cut off by the trace end)"
+    return _Steps(starts[:keep], ends[:keep], steps.main_thread, source, notes)
+
+
+# ---- host side --------------------------------------------------------------------------------------
+
+
+def _in_windows(ts: np.ndarray, steps: _Steps) -> np.ndarray:
+    """Mask of timestamps falling inside one of the step windows."""
+    i = np.searchsorted(steps.starts, ts, side="right") - 1
+    ok = i >= 0
+    ok[ok] &= ts[ok] < steps.ends[i[ok]]
+    return ok
+
+
+def _share(iv: Intervals, windows: Intervals, total: float) -> float:
+    return intersect(iv, windows).total / total
+
+
+def _merged(trace: Trace, mask: np.ndarray) -> Intervals:
+    return merge(trace.ts[mask], trace.end[mask]) if mask.any() else EMPTY
+
+
+def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) -> None:
+    windows = steps.windows
+    n_steps = steps.count
+    main = trace.thread == steps.main_thread
+    cpu_op = trace.kind == EventKind.CPU_OP
+    annotation = trace.kind == EventKind.USER_ANNOTATION
+    label = trace.name_mask(lambda n: n.startswith(LABEL_PREFIXES))
+    ops = cpu_op & ~label
+    dataloader = trace.name_mask(
+        lambda n: (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__"))
+        or n.startswith("enumerate(DataPipe)#")
+    )
+    s.data_wait = _share(_merged(trace, main & (cpu_op | annotation) & dataloader), windows, total)
+
+    # top-level ops on the main thread: not nested in another (non-label) op of that thread
+    main_ops = np.flatnonzero(main & ops)
+    order = np.lexsort((-trace.dur[main_ops], trace.ts[main_ops]))
+    main_ops = main_ops[order]
+    ts, end = trace.ts[main_ops], trace.end[main_ops]
+    top = np.ones(main_ops.size, dtype=bool)
+    if main_ops.size > 1:
+        running_end = np.maximum.accumulate(end)
+        top[1:] = ts[1:] >= running_end[:-1]
+    top_idx = main_ops[top]
+    top_idx = top_idx[_in_windows(trace.ts[top_idx], steps)]
+    durs = trace.dur[top_idx]
+    long_ = durs >= LONG_HOST_OP_US
+    s.host_op_long = _share(merge(trace.ts[top_idx[long_]], trace.end[top_idx[long_]]), windows, total)
+    s.host_op_short = _share(merge(trace.ts[top_idx[~long_]], trace.end[top_idx[~long_]]), windows, total)
+    s.cpu_op_median_us = round(float(np.median(durs)), 3) if durs.size else 0.0
+    s.cpu_ops_per_step = float(_in_windows(trace.ts[ops], steps).sum()) / n_steps
+    s.extra["top_level_ops_per_step"] = round(top_idx.size / n_steps, 2)
+    s.extra["long_host_op_us"] = LONG_HOST_OP_US
+
+    # sync APIs: sync calls and device-to-host copies, any host thread
+    runtime = trace.kind == EventKind.RUNTIME
+    sync = runtime & trace.name_mask(lambda n: n in SYNC_APIS)
+    sync |= runtime & trace.name_mask(lambda n: bool(MEMCPY_APIS.match(n))) & _copies_to_host(trace)
+    s.sync_api = _share(_merged(trace, sync), windows, total)
+    s.sync_api_calls_per_step = float(_in_windows(trace.ts[sync], steps).sum()) / n_steps
+    lsd = cpu_op & trace.name_mask(lambda n: n == LOCAL_SCALAR_DENSE)
+    s.local_scalar_dense_per_step = float(_in_windows(trace.ts[lsd], steps).sum()) / n_steps
+
+    # CPU-side collectives: on the main thread, plus main-thread waits while a blocking (gloo) collective
+    # runs on another thread (DDP's reducer waiting for gloo all-reduce inside backward)
+    coll = (cpu_op | annotation) & trace.name_mask(lambda n: bool(COLLECTIVE.search(n)))
+    if trace.has_device_events:
+        coll &= ~trace.name_mask(lambda n: bool(DEVICE_COLLECTIVE_ENQUEUE.match(n)))
+    main_coll = _merged(trace, coll & main)
+    other_coll = _merged(trace, coll & ~main)
+    main_idle = subtract(windows, _merged(trace, main & ops))
+    blocked = union(main_coll, intersect(main_idle, other_coll))
+    s.cpu_collective = _share(blocked, windows, total)
+
+    # phases: our record_function labels
+    phase = (cpu_op | annotation) & trace.name_mask(lambda n: n.startswith(PHASE_PREFIX))
+    phases: dict[str, float] = {}
+    for name_id in np.unique(trace.name[phase]):
+        key = trace.names[int(name_id)][len(PHASE_PREFIX) :]
+        phases[key] = round(_share(_merged(trace, phase & (trace.name == name_id)), windows, total), 6)
+    s.phases = phases
+
+
+def _copies_to_host(trace: Trace) -> np.ndarray:
+    """Mask of runtime events whose correlated device copy goes device-to-host."""
+    out = np.zeros(len(trace), dtype=bool)
+    d2h = (trace.kind == EventKind.MEMCPY) & trace.name_mask(lambda n: bool(D2H.search(n)))
+    corr = np.unique(trace.correlation[d2h & (trace.correlation >= 0)])
+    if corr.size:
+        out = (trace.kind == EventKind.RUNTIME) & np.isin(trace.correlation, corr)
+    return out
+
+
+# ---- device side --------------------------------------------------------------------------------------
+
+
+def _device_metrics(
+    trace: Trace, steps: _Steps, total: float, launch_ts: np.ndarray, s: TraceSummary
+) -> None:
+    windows = steps.windows
+    n_steps = steps.count
+    kernel = trace.kind == EventKind.KERNEL
+    memcpy = trace.kind == EventKind.MEMCPY
+    memset = trace.kind == EventKind.MEMSET
+    work = kernel | memcpy | memset
+    comm = kernel & trace.name_mask(lambda n: bool(COMM_KERNEL.search(n)))
+    compute = kernel & ~comm
+
+    busy = intersect(_merged(trace, work), windows)
+    compute_iv = intersect(_merged(trace, compute), windows)
+    s.device_busy = busy.total / total
+    s.device_compute = compute_iv.total / total
+    s.device_idle = max(0.0, 1.0 - s.device_busy)
+    s.extra["kernel_busy"] = intersect(_merged(trace, kernel), windows).total / total
+    host_wait, kernel_wait, other = _idle_split(trace, windows, busy, work, launch_ts)
+    s.idle_host_wait = host_wait / total
+    s.idle_kernel_wait = kernel_wait / total
+    s.idle_other = other / total
+
+    in_win = _in_windows(trace.ts, steps)
+    k_in = kernel & in_win
+    s.kernels_per_step = float(k_in.sum()) / n_steps
+    kdur = trace.dur[k_in]
+    ktime = float(kdur.sum())
+    s.short_kernel_share = float(kdur[kdur < SHORT_KERNEL_US].sum()) / ktime if ktime > 0 else 0.0
+    s.memcpy = _share(_merged(trace, memcpy), windows, total)
+    s.memset = _share(_merged(trace, memset), windows, total)
+    pageable = memcpy & in_win & trace.name_mask(lambda n: "Pageable" in n)
+    s.pageable_memcpy_per_step = float(pageable.sum()) / n_steps
+
+    comm_iv = intersect(_merged(trace, comm), windows)
+    s.comm_kernel = comm_iv.total / total
+    exposed = subtract(comm_iv, compute_iv).total
+    s.comm_exposed = exposed / total
+    s.comm_overlap = 1.0 - exposed / comm_iv.total if comm_iv.total > 0 else None
+
+    tc = k_in & trace.name_mask(lambda n: bool(TENSOR_CORE_KERNEL.search(n)))
+    eligible = tc | (k_in & trace.name_mask(lambda n: bool(GEMM_LIKE_KERNEL.search(n))))
+    eligible |= k_in & _launched_by(trace, lambda n: n in TENSOR_CORE_ELIGIBLE_OPS)
+    fp32 = k_in & ~tc & trace.name_mask(lambda n: bool(FP32_GEMM_KERNEL.search(n)))
+    if ktime > 0:
+        s.tensor_core_share = float(trace.dur[tc].sum()) / ktime
+        s.tensor_core_eligible_share = float(trace.dur[eligible].sum()) / ktime
+        s.fp32_gemm_share = float(trace.dur[fp32].sum()) / ktime
+    else:
+        s.tensor_core_share = s.tensor_core_eligible_share = s.fp32_gemm_share = 0.0
+
+    s.extra["gpu_window"] = _gpu_window(trace, work & _launched_in(launch_ts, steps), compute)
+
+
+def _idle_split(
+    trace: Trace, windows: Intervals, busy: Intervals, work: np.ndarray, launch_ts: np.ndarray
+) -> tuple[float, float, float]:
+    """HTA's idle categories, applied to the gaps of the whole device (all streams) inside the steps.
+
+    A gap is *host wait* when the device work that ends it was launched (its runtime call started) after
+    the gap began: the host had not enqueued it yet. Otherwise it is *kernel wait* when shorter than
+    :data:`KERNEL_WAIT_US` (launch latency between back-to-back work), else *other* (waits on events,
+    other streams, the end of the window).
+    """
+    gaps = subtract(windows, busy)
+    if len(gaps) == 0:
+        return 0.0, 0.0, 0.0
+    idx = np.flatnonzero(work)
+    order = np.argsort(trace.ts[idx], kind="stable")
+    idx = idx[order]
+    starts = trace.ts[idx]
+    nxt = np.searchsorted(starts, gaps.ends, side="left")
+    has_next = nxt < idx.size
+    next_launch = np.full(len(gaps), np.nan)
+    next_launch[has_next] = launch_ts[idx[nxt[has_next]]]
+    length = gaps.ends - gaps.starts
+    with np.errstate(invalid="ignore"):
+        host = next_launch > gaps.starts
+    kern = ~host & (length < KERNEL_WAIT_US)
+    other = ~host & ~kern
+    return float(length[host].sum()), float(length[kern].sum()), float(length[other].sum())
+
+
+def _launched_in(launch_ts: np.ndarray, steps: _Steps) -> np.ndarray:
+    ok = ~np.isnan(launch_ts)
+    out = np.zeros(launch_ts.shape, dtype=bool)
+    out[ok] = _in_windows(launch_ts[ok], steps)
+    return out
+
+
+def _gpu_window(trace: Trace, work: np.ndarray, compute: np.ndarray) -> dict[str, Any]:
+    """HTA's temporal breakdown over the device work launched in the analysed steps.
+
+    Shares of the span from the first start to the last end of that work: idle (no work on any stream),
+    compute (compute kernels), non-compute (the rest: communication and memory kernels).
+    """
+    iv = _merged(trace, work)
+    if len(iv) == 0:
+        return {}
+    span = float(iv.ends[-1] - iv.starts[0])
+    if span <= 0:
+        return {}
+    comp = _merged(trace, work & compute).total
+    idle = span - iv.total
+    return {
+        "span_ms": round(span / 1000.0, 3),
+        "idle": round(idle / span, 4),
+        "compute": round(comp / span, 4),
+        "non_compute": round((iv.total - comp) / span, 4),
+    }
+
+
+def gpu_temporal_breakdown(trace: Trace) -> dict[str, Any]:
+    """HTA 0.5's ``get_temporal_breakdown`` window, for side-by-side comparison with that tool.
+
+    HTA keeps the device events (kernels, copies, sets *and* ``cuda_sync`` markers) launched before the
+    start of the last ``ProfilerStep`` (it always discards the last step) and divides by the span from
+    the first to the last of them. Our own figures (:func:`summarize_trace`) use the analysed steps.
+    """
+    launch_ts, _ = _launch_times(trace, with_sync=True)
+    kinds = (*DEVICE_WORK_KINDS, EventKind.CUDA_SYNC)
+    dev = np.isin(trace.kind, kinds) & ~np.isnan(launch_ts)
+    host = np.isin(trace.kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))
+    steps = host & trace.name_mask(lambda n: n.startswith(PROFILER_STEP_PREFIX))
+    if len(np.unique(trace.name[steps])) > 1:
+        with np.errstate(invalid="ignore"):
+            dev &= launch_ts < float(trace.ts[steps].max())
+    comm = trace.name_mask(lambda n: bool(COMM_KERNEL.search(n)))
+    compute = (trace.kind == EventKind.KERNEL) & ~comm
+    return _gpu_window(trace, dev, compute)
+
+
+def _launched_by(trace: Trace, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Mask of device events whose issuing CPU op (same External id) satisfies ``predicate``."""
+    out = np.zeros(len(trace), dtype=bool)
+    op = (trace.kind == EventKind.CPU_OP) & (trace.external_id >= 0) & trace.name_mask(predicate)
+    ids = np.unique(trace.external_id[op])
+    if ids.size:
+        dev = np.isin(trace.kind, DEVICE_WORK_KINDS) & (trace.external_id >= 0)
+        out[dev] = np.isin(trace.external_id[dev], ids)
+    return out
+
+
+def _device_name(trace: Trace) -> str | None:
+    props = trace.device_properties
+    if not props:
+        return None
+    used = trace.device[np.isin(trace.kind, DEVICE_WORK_KINDS) & (trace.device >= 0)]
+    want = int(np.bincount(used).argmax()) if used.size else None
+    for p in props:
+        if want is None or p.get("id") == want:
+            name = p.get("name")
+            return str(name) if name else None
+    name = props[0].get("name")
+    return str(name) if name else None

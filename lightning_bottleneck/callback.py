@@ -1,0 +1,483 @@
+"""``BottleneckCallback``: profile a window of training steps, classify the bottleneck, advise, report.
+
+The callback only orchestrates; analysis lives in Trainer-free modules (:mod:`lightning_bottleneck.diagnose`
+and below), the same ones the offline ``lightning-bottleneck analyze`` command uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch.profiler import ProfilerAction, ProfilerActivity
+
+from lightning_bottleneck.diagnose import diagnose
+from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.render import render_markdown, render_text
+from lightning_bottleneck.report import Report
+from lightning_bottleneck.timing import StepTimer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+REPORT_FILENAME = "bottleneck_report.json"
+TRACE_SUBDIR = "bottleneck"  # a run in torch-tb-profiler's run list: <log_dir>/bottleneck
+LABEL_PREFIX = "bottleneck/"
+
+
+def _guarded(fn: F) -> F:
+    """An internal error becomes one warning and disables the callback; training goes on."""
+
+    @functools.wraps(fn)
+    def wrapper(self: BottleneckCallback, *args: Any, **kwargs: Any) -> Any:
+        if self._disabled:
+            return None
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - never break a training run
+            self._disable(f"{fn.__name__}: {type(err).__name__}: {err}")
+            return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise MisconfigurationException(
+            f"BottleneckCallback(`{name}`) must be an integer >= {minimum}, got {value!r}."
+        )
+    return value
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise MisconfigurationException(f"BottleneckCallback(`{name}`) must be True or False, got {value!r}.")
+    return value
+
+
+class BottleneckCallback(Callback):
+    r"""Find what limits training speed and say which settings to change.
+
+    A ``torch.profiler`` window of ``wait`` + ``warmup`` + ``active`` training steps (after ``skip_first``)
+    is driven by the batch hooks; every recorded ``ProfilerStep`` covers one whole training step including
+    the fetch of its batch. Outside the window the callback only reads ``time.perf_counter`` twice per step.
+    At the end of ``fit`` (also when fit dies of an exception) it prints a verdict on global rank zero, writes
+    a JSON report, and puts the verdict, evidence and advice in TensorBoard's Text tab next to the traces
+    in the PyTorch Profiler tab.
+
+    Args:
+        wait: training steps to skip before warming up the profiler (lets caches and workers settle).
+        warmup: steps the profiler runs but discards (its own start-up cost).
+        active: steps recorded and analysed.
+        repeat: number of wait/warmup/active cycles (each writes a trace file).
+        skip_first: steps to ignore before the first cycle, e.g. for a long ``torch.compile`` warm-up.
+        record_shapes: record input shapes of ops (costs ~10-30% more overhead inside the window and a
+            larger trace).
+        profile_memory: record tensor allocations (costs noticeably inside the window; feeds the Memory view).
+        with_stack: record Python stacks (the most expensive option: can double step time in the window and
+            makes traces several times larger).
+        track_syncs: time host-device synchronisations (``.item()``, ``.cpu()``, ``print(tensor)``, ...) and
+            name the user's line (about a microsecond per such call; nothing for other code).
+        log_every_n_steps: how often to log ``bottleneck/*`` scalars; ``None`` follows the Trainer's
+            ``log_every_n_steps``; ``0`` turns scalars off.
+        output_dir: where traces go; default ``<log_dir>/bottleneck`` (a run in TensorBoard's profiler tab).
+        report_path: the JSON report; default ``<log_dir>/bottleneck_report.json``.
+        verbose: print the summary at the end of fit (global rank zero).
+
+    Example::
+
+        from lightning.pytorch import Trainer
+        from lightning_bottleneck import BottleneckCallback
+
+        trainer = Trainer(max_epochs=1, callbacks=[BottleneckCallback()])
+        trainer.fit(model, datamodule)
+        print(trainer.callbacks[-1].report.primary)  # e.g. Category.INPUT
+    """
+
+    def __init__(
+        self,
+        wait: int = 5,
+        warmup: int = 5,
+        active: int = 5,
+        repeat: int = 1,
+        skip_first: int = 0,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        track_syncs: bool = True,
+        log_every_n_steps: int | None = None,
+        output_dir: str | None = None,
+        report_path: str | None = None,
+        verbose: bool = True,
+    ) -> None:
+        super().__init__()
+        self.wait = _check_int("wait", wait, 0)
+        self.warmup = _check_int("warmup", warmup, 0)
+        self.active = _check_int("active", active, 1)
+        self.repeat = _check_int("repeat", repeat, 1)
+        self.skip_first = _check_int("skip_first", skip_first, 0)
+        self.record_shapes = _check_bool("record_shapes", record_shapes)
+        self.profile_memory = _check_bool("profile_memory", profile_memory)
+        self.with_stack = _check_bool("with_stack", with_stack)
+        self.track_syncs = _check_bool("track_syncs", track_syncs)
+        if log_every_n_steps is not None:
+            _check_int("log_every_n_steps", log_every_n_steps, 0)
+        self.log_every_n_steps = log_every_n_steps
+        for name, value in (("output_dir", output_dir), ("report_path", report_path)):
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise MisconfigurationException(
+                    f"BottleneckCallback(`{name}`) must be a path (str) or None, got {value!r}."
+                )
+        self.output_dir = output_dir
+        self.report_path = report_path
+        self.verbose = _check_bool("verbose", verbose)
+        self.report: Report | None = None
+        self._reset()
+
+    # ------------------------------------------------------------------ state
+    def _reset(self) -> None:
+        self._disabled = False
+        self._finalized = False
+        self._active_fit = False
+        self._timer = StepTimer()
+        self._prof: torch.profiler.profile | None = None
+        self._schedule = torch.profiler.schedule(
+            skip_first=self.skip_first, wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat
+        )
+        self._prof_step = 0
+        self._window_done = False
+        self._labels: list[Any] = []
+        self._trace_files: list[str] = []
+        self._trace_dir: Path | None = None
+        self._report_file: Path | None = None
+        self._config: RunConfig | None = None
+        self._env: dict[str, Any] = {}
+        self._oom: str | None = None
+        self._notes: list[str] = []
+        self._tracker: Any = None
+        self._scalar_every = 0
+        self._writer: Any = None
+        self._rank = 0
+        self._val_paused = False
+
+    @property
+    def schedule_length(self) -> int:
+        """Training steps until the last profiled step of the last cycle."""
+        return self.skip_first + self.repeat * (self.wait + self.warmup + self.active)
+
+    def _disable(self, why: str) -> None:
+        rank_zero_warn(f"BottleneckCallback disabled itself after an internal error ({why}); training goes on.")
+        self._disabled = True
+        self._release(export=False)
+
+    # ------------------------------------------------------------------ setup / teardown
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        from lightning.pytorch.profilers import PyTorchProfiler
+
+        if isinstance(trainer.profiler, PyTorchProfiler):
+            raise MisconfigurationException(
+                "BottleneckCallback drives torch.profiler itself, but Trainer(profiler=...) already uses "
+                "PyTorchProfiler and torch.profiler cannot run twice. Remove `profiler=` from the Trainer "
+                "(the callback's traces open in TensorBoard's PyTorch Profiler tab), or remove the callback."
+            )
+        self._reset()
+        self._setup_paths(trainer)
+
+    @_guarded
+    def _setup_paths(self, trainer: pl.Trainer) -> None:
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective under DDP: all ranks call it
+        self._rank = trainer.global_rank
+        self._trace_dir = Path(self.output_dir) if self.output_dir else log_dir / TRACE_SUBDIR
+        self._report_file = Path(self.report_path) if self.report_path else log_dir / REPORT_FILENAME
+        self._active_fit = True
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        try:
+            if self._active_fit and not self._finalized and not self._disabled:
+                self._finalize(trainer, pl_module)
+        finally:
+            self._release(export=False)
+            self._active_fit = False
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if not self._active_fit:
+            return
+        try:
+            if _is_oom(exception):
+                self._oom = f"{type(exception).__name__}: {exception}"
+            else:
+                self._notes.append(f"fit ended by {type(exception).__name__}: {str(exception)[:200]}")
+            if not self._finalized and not self._disabled:
+                self._finalize(trainer, pl_module, gather=False)
+        except Exception as err:  # noqa: BLE001 - the user's exception must propagate unchanged
+            rank_zero_warn(f"BottleneckCallback could not write its report after the error: {err}")
+        finally:
+            self._release(export=False)
+
+    def _release(self, export: bool) -> None:
+        """Undo everything: close labels, stop the profiler, restore patched functions."""
+        while self._labels:
+            label = self._labels.pop()
+            try:
+                label.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            try:
+                if not export:
+                    prof.on_trace_ready = None
+                prof.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        tracker, self._tracker = self._tracker, None
+        if tracker is not None:
+            tracker.uninstall()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ------------------------------------------------------------------ training hooks
+    @_guarded
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._active_fit:
+            return
+        from lightning_bottleneck.probe import environment, run_config
+
+        self._config = run_config(trainer, pl_module)
+        self._env = environment(trainer, self._config)
+        every = trainer.log_every_n_steps if self.log_every_n_steps is None else self.log_every_n_steps
+        self._scalar_every = every if trainer.loggers else 0
+        if self.track_syncs:
+            from lightning_bottleneck.sync_hooks import SyncTracker
+
+            self._tracker = SyncTracker(device_type=self._config.accelerator)
+            self._tracker.install()
+        self._start_profiler(trainer)
+
+    def _start_profiler(self, trainer: pl.Trainer) -> None:
+        activities = [ProfilerActivity.CPU]
+        if trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = torch.profiler.profile(
+            activities=activities,
+            schedule=self._schedule,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+        )
+        self._prof.start()
+        self._prof_step = 0
+
+    def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
+        assert self._trace_dir is not None
+        self._trace_dir.mkdir(parents=True, exist_ok=True)
+        worker = f"{socket.gethostname()}_rank{self._rank}"
+        path = self._trace_dir / f"{worker}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
+        prof.export_chrome_trace(str(path))
+        self._trace_files.append(str(path))
+
+    def _recording(self) -> bool:
+        """True while the profiler records (warmup or active) the current step."""
+        if self._prof is None:
+            return False
+        return self._schedule(self._prof_step) != ProfilerAction.NONE
+
+    def _open(self, name: str) -> None:
+        rf = torch.profiler.record_function(LABEL_PREFIX + name)
+        rf.__enter__()
+        self._labels.append(rf)
+
+    def _close_all(self) -> None:
+        while self._labels:
+            self._labels.pop().__exit__(None, None, None)
+
+    @_guarded
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._timer.epoch_start()
+
+    @_guarded
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        self._timer.batch_start()
+        if self._labels:  # the data_wait label opened at the previous batch end
+            self._close_all()
+        if self._prof is not None and self._recording():
+            self._open("training_step")
+
+    @_guarded
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        if self._labels:
+            self._close_all()
+        if self._prof is not None and self._recording():
+            self._open("backward")
+
+    @_guarded
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._labels:
+            self._close_all()
+
+    @_guarded
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._timer.batch_end()
+        if self._labels:
+            self._close_all()
+        if self._tracker is not None:
+            self._tracker.step()
+        if self._prof is not None:
+            self._advance_profiler()
+        if self._scalar_every and self._timer.steps % self._scalar_every == 0:
+            self._log_scalars(trainer)
+
+    def _advance_profiler(self) -> None:
+        assert self._prof is not None
+        self._prof_step += 1
+        self._prof.step()
+        if self._prof_step >= self.schedule_length:
+            prof, self._prof = self._prof, None
+            prof.stop()
+            self._window_done = True
+        elif self._recording():
+            self._open("data_wait")
+
+    def _log_scalars(self, trainer: pl.Trainer) -> None:
+        median_ms, wait_share = self._timer.rolling(max(1, self._scalar_every))
+        if median_ms <= 0:
+            return
+        metrics = {"bottleneck/step_time_ms": median_ms, "bottleneck/data_wait_share": wait_share}
+        bs = self._config.batch_size if self._config else None
+        if bs:
+            metrics["bottleneck/samples_per_sec"] = bs * 1000.0 / median_ms
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    # ------------------------------------------------------------------ validation never counts
+    @_guarded
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not self._active_fit:
+            return
+        self._timer.pause()
+        if self._tracker is not None:
+            self._tracker.pause()
+        if self._labels:
+            self._close_all()
+        if self._prof is not None and self._recording():
+            self._open("validation")
+
+    @_guarded
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not self._active_fit:
+            return
+        if self._labels:
+            self._close_all()
+        self._timer.resume()
+        if self._tracker is not None:
+            self._tracker.resume()
+
+    # ------------------------------------------------------------------ the end
+    @_guarded
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._active_fit and not self._finalized:
+            self._finalize(trainer, pl_module)
+
+    def _finalize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gather: bool = True) -> None:
+        self._finalized = True
+        if self._labels:
+            self._close_all()
+        if self._prof is not None:
+            if not self._window_done:
+                self._notes.append(
+                    f"Training stopped after {self._timer.steps} step(s), before the profiling schedule "
+                    f"(skip_first={self.skip_first}, wait={self.wait}, warmup={self.warmup}, "
+                    f"active={self.active}) completed; lower wait/warmup for short runs."
+                )
+            prof, self._prof = self._prof, None
+            prof.stop()  # saves a partial active window, if any
+        sites = []
+        if self._tracker is not None:
+            sites = self._tracker.sites()
+            self._tracker.uninstall()
+            self._tracker = None
+        from lightning_bottleneck.probe import memory_stats
+
+        evidence = Evidence(
+            summaries=self._summaries(),
+            timing=self._timer.stats(float(self._config.batch_size) if self._config and self._config.batch_size else None),
+            sync_sites=sites,
+            memory=memory_stats(trainer),
+            oom=self._oom,
+            config=self._config or RunConfig(),
+            environment=self._env,
+            trace_files=list(self._trace_files),
+            notes=self._notes,
+            rank=trainer.global_rank,
+        )
+        self.report = diagnose(evidence)
+        if trainer.is_global_zero:
+            self._publish(trainer, self.report)
+
+    def _summaries(self) -> list[Any]:
+        if not self._trace_files:
+            return []
+        from lightning_bottleneck.analysis.trace_metrics import summarize_trace
+        from lightning_bottleneck.trace.reader import load_trace
+
+        # The last cycle is the most representative (latest warm state).
+        summary = summarize_trace(load_trace(Path(self._trace_files[-1])))
+        summary.rank = self._rank
+        return [summary]
+
+    def _publish(self, trainer: pl.Trainer, report: Report) -> None:
+        if self._report_file is not None:
+            report.write(self._report_file)
+        self._write_tensorboard_text(trainer, report)
+        if self.verbose:
+            rank_zero_info(render_text(report) + (f"\n  report: {self._report_file}" if self._report_file else ""))
+
+    def _write_tensorboard_text(self, trainer: pl.Trainer, report: Report) -> None:
+        markdown = render_markdown(report)
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger.experiment.add_text("bottleneck/report", markdown, global_step=trainer.global_step)
+                logger.experiment.flush()
+                return
+        # No TensorBoard logger: still put the verdict next to the traces for TensorBoard to show.
+        if self._trace_dir is None:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._trace_dir.mkdir(parents=True, exist_ok=True)
+        self._writer = SummaryWriter(log_dir=str(self._trace_dir))
+        self._writer.add_text("bottleneck/report", markdown, global_step=trainer.global_step)
+        self._writer.close()
+        self._writer = None
+
+    # ------------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+
+def _is_oom(exception: BaseException) -> bool:
+    oom_types: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
+    if hasattr(torch, "OutOfMemoryError"):
+        oom_types += (torch.OutOfMemoryError,)
+    return isinstance(exception, oom_types) or "out of memory" in str(exception).lower()

@@ -1,0 +1,47 @@
+"""How many CPUs this process may really use: affinity and cgroup quota, not ``os.cpu_count()``."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPU quota in cores from cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; None when unlimited."""
+    try:
+        v2 = root / "cpu.max"
+        if v2.is_file():
+            quota, period = v2.read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        q1, p1 = root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
+        if q1.is_file() and p1.is_file():
+            quota_us = int(q1.read_text())
+            return None if quota_us <= 0 else quota_us / int(p1.read_text())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def usable_cpus() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        n = min(n, max(1, math.floor(quota)))
+    return max(1, n)
+
+
+def cpu_has_bf16() -> bool:
+    """Native bf16 on this x86 CPU (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool({"avx512_bf16", "amx_bf16"} & flags)
+    except OSError:
+        pass
+    return False

@@ -1,0 +1,91 @@
+"""Everything the rules look at, gathered in one typed, Trainer-free object.
+
+The offline CLI fills only ``summaries`` (from trace files); the live callback adds what only a live
+run can see: always-on step timing, sync call sites, memory statistics, an out-of-memory error, and
+the run's real configuration (for advice). Pure data: no torch, no lightning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.analysis.sync_sites import SyncSite
+
+
+@dataclass
+class TimingStats:
+    """Always-on host timing of training steps (no device syncs), from the callback's batch hooks."""
+
+    steps: int = 0
+    step_ms: list[float] = field(default_factory=list)  # recent steady-state step times
+    data_wait_ms: list[float] = field(default_factory=list)  # matching data waits (batch end -> next start)
+    epoch_start_wait_ms: list[float] = field(default_factory=list)  # first fetch of each epoch
+    samples_per_step: float | None = None
+
+    @property
+    def data_wait_share(self) -> float:
+        total = sum(self.step_ms)
+        return sum(self.data_wait_ms) / total if total > 0 else 0.0
+
+
+@dataclass
+class MemoryStats:
+    """Device memory at the end of the window (CUDA); all bytes."""
+
+    device_total: int | None = None
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    num_alloc_retries: int = 0
+    num_ooms: int = 0
+
+    @property
+    def peak_reserved_share(self) -> float | None:
+        if not self.device_total or self.peak_reserved is None:
+            return None
+        return self.peak_reserved / self.device_total
+
+
+@dataclass
+class RunConfig:
+    """The run's real settings, read from the Trainer and the train DataLoader by the callback."""
+
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+    dataset_len: int | None = None
+    precision: str | None = None  # Trainer precision, e.g. "32-true", "bf16-mixed"
+    accelerator: str = "cpu"  # "cpu" | "cuda" | "mps" | ...
+    device_name: str | None = None
+    bf16_supported: bool | None = None
+    tf32_capable: bool | None = None  # Ampere or newer
+    float32_matmul_precision: str | None = None  # torch.get_float32_matmul_precision()
+    usable_cpus: int | None = None  # affinity and cgroup quota, not os.cpu_count()
+    world_size: int = 1
+    num_nodes: int = 1
+    devices_per_node: int = 1
+    strategy: str | None = None  # e.g. "ddp", "fsdp", "single_device"
+    accumulate_grad_batches: int = 1
+    compiled: bool | None = None  # the LightningModule is already torch.compile'd
+    manual_optimization: bool = False
+    distributed_backend: str | None = None  # "nccl" | "gloo"
+    ddp_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_parameters: int | None = None
+
+
+@dataclass
+class Evidence:
+    summaries: list[TraceSummary] = field(default_factory=list)  # one per rank, from the trace files
+    timing: TimingStats | None = None
+    sync_sites: list[SyncSite] = field(default_factory=list)
+    memory: MemoryStats | None = None
+    oom: str | None = None  # the out-of-memory message, when training died of it
+    config: RunConfig | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    trace_files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    steps_observed: int | None = None  # overrides the count derived from timing/summaries
+    rank: int = 0

@@ -1,0 +1,101 @@
+"""Rendering of a :class:`Report`: terminal text and TensorBoard markdown. Pure (no torch)."""
+
+from __future__ import annotations
+
+from lightning_bottleneck.categories import Category
+from lightning_bottleneck.report import Report
+
+HEADLINES = {
+    Category.INPUT: "input-bound: the device waits for the DataLoader",
+    Category.SYNC: "sync-bound: the host blocks on the device inside the step",
+    Category.OVERHEAD: "overhead-bound: per-op Python/dispatch/launch cost dominates",
+    Category.COMPUTE: "compute-bound: the device is busy doing the math",
+    Category.MEMORY: "memory-bound: out of memory or close to it",
+    Category.COMMUNICATION: "communication-bound: ranks wait on collectives",
+    Category.UNKNOWN: "unknown: not enough evidence for a verdict",
+}
+
+
+def headline(report: Report) -> str:
+    return f"{HEADLINES[report.primary]} (confidence {report.confidence:.0%})"
+
+
+def _step_line(report: Report) -> str:
+    st = report.step_time_ms
+    steps = f"{report.steps_observed} steps observed, {report.steps_profiled} profiled"
+    if st is None:
+        return steps
+    return f"step time median {st.median:.1f} ms, p90 {st.p90:.1f} ms; {steps}"
+
+
+def _shares(report: Report) -> str:
+    items = sorted(report.breakdown.items(), key=lambda kv: -kv[1])
+    return "  ".join(f"{k} {v:.0%}" for k, v in items if v >= 0.005)
+
+
+def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str:
+    lines = [f"lightning-bottleneck: {headline(report)}", f"  {_step_line(report)}"]
+    if report.breakdown:
+        lines.append(f"  breakdown: {_shares(report)}")
+    if report.findings:
+        lines.append("  evidence:")
+        for f in report.findings[:max_findings]:
+            loc = f" [{f.location}]" if f.location else ""
+            lines.append(f"    - ({f.severity.value}) {f.summary}{loc}")
+        if len(report.findings) > max_findings:
+            lines.append(f"    ... {len(report.findings) - max_findings} more in the JSON report")
+    if report.recommendations:
+        lines.append("  advice:")
+        for i, r in enumerate(report.recommendations[:max_recs], 1):
+            settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
+            lines.append(f"    {i}. {r.title}" + (f"  ({settings})" if settings else ""))
+    if len(report.ranks) > 1:
+        per_rank = ", ".join(f"rank {r.rank}: {r.primary.value}" for r in report.ranks)
+        lines.append(f"  ranks: {per_rank}")
+    if report.stragglers:
+        lines.append(f"  stragglers: {', '.join(str(r) for r in report.stragglers)}")
+    for note in report.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(report: Report) -> str:
+    """Markdown for TensorBoard's Text tab (tables render there)."""
+    out = [f"## Verdict: **{report.primary.value}**", "", headline(report), "", _step_line(report), ""]
+    if report.breakdown:
+        out += ["| share of step time | value |", "|---|---|"]
+        for k, v in sorted(report.breakdown.items(), key=lambda kv: -kv[1]):
+            out.append(f"| {k} | {v:.1%} |")
+        out.append("")
+    if report.findings:
+        out += ["### Evidence", "", "| severity | kind | finding | location |", "|---|---|---|---|"]
+        for f in report.findings:
+            out.append(
+                f"| {f.severity.value} | {f.kind} | {_md_escape(f.summary)} | {_md_escape(f.location or '')} |"
+            )
+        out.append("")
+    if report.recommendations:
+        out += ["### Advice", ""]
+        for i, r in enumerate(report.recommendations, 1):
+            settings = ", ".join(f"`{k}={v!r}`" for k, v in r.settings.items())
+            out.append(f"{i}. **{r.title}**: {_md_escape(r.detail)}" + (f" Settings: {settings}" if settings else ""))
+            if r.snippet:
+                out += ["", "    " + r.snippet.replace("\n", "\n    "), ""]
+        out.append("")
+    if report.ranks and len(report.ranks) > 1:
+        out += ["### Ranks", "", "| rank | verdict | median step ms |", "|---|---|---|"]
+        for r in report.ranks:
+            st = f"{r.step_time_ms.median:.1f}" if r.step_time_ms else ""
+            out.append(f"| {r.rank} | {r.primary.value} | {st} |")
+        out.append("")
+    if report.stragglers:
+        out.append(f"Stragglers: {', '.join(str(r) for r in report.stragglers)}")
+    for note in report.notes:
+        out.append(f"> {note}")
+    if report.trace_files:
+        out += ["", "Traces (PyTorch Profiler tab): " + ", ".join(f"`{t}`" for t in report.trace_files)]
+    return "\n".join(out)

@@ -1,0 +1,198 @@
+"""Typed results: what the package concludes, and exactly the JSON it writes (schema_version 1).
+
+Pure data (no torch, no lightning). ``str(report)`` renders the terminal summary, like
+``torch.utils.benchmark.Measurement`` knows how to print itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_bottleneck.categories import Category, Severity
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class StepTime:
+    median: float
+    p90: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"median": round(self.median, 4), "p90": round(self.p90, 4)}
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float]) -> StepTime | None:
+        if not samples_ms:
+            return None
+        s = sorted(samples_ms)
+        return cls(median=percentile(s, 50.0), p90=percentile(s, 90.0))
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an already sorted list (numpy's default method)."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass
+class Finding:
+    kind: str  # a Category value, or a narrower kind such as "epoch_start_stall"
+    severity: Severity
+    summary: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    location: str | None = None  # "file.py:LINE" when the finding points at user code
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "summary": self.summary,
+            "evidence": self.evidence,
+            "location": self.location,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(d["kind"], Severity(d["severity"]), d["summary"], dict(d.get("evidence") or {}), d.get("location"))
+
+
+@dataclass
+class Recommendation:
+    kind: str  # the Category it addresses
+    title: str
+    detail: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    snippet: str = ""  # copy-pasteable code
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "title": self.title,
+            "detail": self.detail,
+            "settings": self.settings,
+            "snippet": self.snippet,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Recommendation:
+        return cls(d["kind"], d["title"], d["detail"], dict(d.get("settings") or {}), d.get("snippet", ""))
+
+
+@dataclass
+class RankSummary:
+    rank: int
+    primary: Category
+    breakdown: dict[str, float]
+    step_time_ms: StepTime | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "primary": self.primary.value,
+            "breakdown": _round_shares(self.breakdown),
+            "step_time_ms": self.step_time_ms.to_dict() if self.step_time_ms else None,
+        }
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankSummary:
+        st = d.get("step_time_ms")
+        extra = {k: v for k, v in d.items() if k not in {"rank", "primary", "breakdown", "step_time_ms"}}
+        return cls(
+            int(d["rank"]),
+            Category(d["primary"]),
+            dict(d.get("breakdown") or {}),
+            StepTime(st["median"], st["p90"]) if st else None,
+            extra,
+        )
+
+
+@dataclass
+class Report:
+    primary: Category
+    confidence: float
+    steps_observed: int
+    steps_profiled: int
+    step_time_ms: StepTime | None
+    breakdown: dict[str, float]
+    findings: list[Finding] = field(default_factory=list)
+    recommendations: list[Recommendation] = field(default_factory=list)
+    ranks: list[RankSummary] = field(default_factory=list)
+    stragglers: list[int] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    trace_files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # caveats (short window, fallbacks, missing ranks)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the raw evidence the verdict used
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "primary": self.primary.value,
+            "confidence": round(self.confidence, 3),
+            "steps_observed": self.steps_observed,
+            "steps_profiled": self.steps_profiled,
+            "step_time_ms": self.step_time_ms.to_dict() if self.step_time_ms else None,
+            "breakdown": _round_shares(self.breakdown),
+            "findings": [f.to_dict() for f in self.findings],
+            "recommendations": [r.to_dict() for r in self.recommendations],
+            "ranks": [r.to_dict() for r in self.ranks],
+            "stragglers": list(self.stragglers),
+            "environment": self.environment,
+            "trace_files": list(self.trace_files),
+            "notes": list(self.notes),
+            "metrics": self.metrics,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Report:
+        st = d.get("step_time_ms")
+        return cls(
+            primary=Category(d["primary"]),
+            confidence=float(d["confidence"]),
+            steps_observed=int(d["steps_observed"]),
+            steps_profiled=int(d["steps_profiled"]),
+            step_time_ms=StepTime(st["median"], st["p90"]) if st else None,
+            breakdown=dict(d.get("breakdown") or {}),
+            findings=[Finding.from_dict(f) for f in d.get("findings", [])],
+            recommendations=[Recommendation.from_dict(r) for r in d.get("recommendations", [])],
+            ranks=[RankSummary.from_dict(r) for r in d.get("ranks", [])],
+            stragglers=[int(r) for r in d.get("stragglers", [])],
+            environment=dict(d.get("environment") or {}),
+            trace_files=list(d.get("trace_files", [])),
+            notes=list(d.get("notes", [])),
+            metrics=dict(d.get("metrics") or {}),
+        )
+
+    @classmethod
+    def read(cls, path: str | Path) -> Report:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def __str__(self) -> str:
+        from lightning_bottleneck.render import render_text
+
+        return render_text(self)
+
+
+def _round_shares(shares: dict[str, float]) -> dict[str, float]:
+    return {k: round(float(v), 4) for k, v in shares.items()}

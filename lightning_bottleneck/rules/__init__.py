@@ -1,0 +1,198 @@
+"""Rules: from evidence to findings and a verdict. Pure (no torch, no lightning).
+
+Each bucket's rule is data (:class:`ShareRule`): which breakdown share it reads and the named
+thresholds (see :mod:`lightning_bottleneck.rules.thresholds` for their sources). The primary verdict
+is the bucket whose usual fix would save the most step time: ``share x RECOVERABLE[bucket]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.categories import Category, Severity, Share
+from lightning_bottleneck.evidence import Evidence
+from lightning_bottleneck.report import Finding
+from lightning_bottleneck.rules import thresholds as T
+
+
+@dataclass(frozen=True)
+class ShareRule:
+    """A bucket is a finding when its share of step time reaches ``medium`` (``high`` for severity high)."""
+
+    category: Category
+    share: Share
+    medium: float
+    high: float
+    what: str  # "... of step time is <what>"
+
+
+SHARE_RULES: tuple[ShareRule, ...] = (
+    ShareRule(Category.INPUT, Share.DATA_WAIT, T.INPUT_SHARE_MEDIUM, T.INPUT_SHARE_HIGH,
+              "spent waiting for the DataLoader"),
+    ShareRule(Category.SYNC, Share.SYNC, T.SYNC_SHARE_MEDIUM, T.SYNC_SHARE_HIGH,
+              "spent with the host blocked on the device (synchronisations)"),
+    ShareRule(Category.COMMUNICATION, Share.COMMUNICATION, T.COMM_SHARE_MEDIUM, T.COMM_SHARE_HIGH,
+              "spent waiting on collectives (communication not hidden behind compute)"),
+    ShareRule(Category.OVERHEAD, Share.OVERHEAD, T.OVERHEAD_SHARE_MEDIUM, T.OVERHEAD_SHARE_HIGH,
+              "lost to per-op overhead (Python, dispatch, kernel launches, tiny ops)"),
+    ShareRule(Category.COMPUTE, Share.COMPUTE, T.COMPUTE_SHARE_MEDIUM, T.COMPUTE_SHARE_HIGH,
+              "spent in real compute (the device is busy)"),
+)
+
+
+@dataclass
+class Verdict:
+    primary: Category
+    confidence: float
+    breakdown: dict[str, float]
+    findings: list[Finding] = field(default_factory=list)
+    savings: dict[str, float] = field(default_factory=dict)  # bucket -> estimated recoverable share
+
+
+def share_findings(breakdown: dict[str, float]) -> list[Finding]:
+    out = []
+    for rule in SHARE_RULES:
+        share = breakdown.get(str(rule.share), 0.0)
+        if share < rule.medium:
+            continue
+        sev = Severity.HIGH if share >= rule.high else Severity.MEDIUM
+        out.append(
+            Finding(
+                kind=rule.category.value,
+                severity=sev,
+                summary=f"{share:.0%} of step time is {rule.what}.",
+                evidence={"share": round(share, 4), "threshold_medium": rule.medium, "threshold_high": rule.high},
+            )
+        )
+    return out
+
+
+def choose_primary(breakdown: dict[str, float]) -> tuple[Category, dict[str, float]]:
+    """The bucket whose fix saves the most, among buckets past their medium threshold."""
+    savings: dict[str, float] = {}
+    for rule in SHARE_RULES:
+        share = breakdown.get(str(rule.share), 0.0)
+        if share >= rule.medium:
+            savings[rule.category.value] = share * T.RECOVERABLE[rule.category.value]
+    if not savings:
+        return Category.UNKNOWN, savings
+    best = max(savings, key=lambda k: savings[k])
+    return Category(best), savings
+
+
+def confidence_of(savings: dict[str, float], steps_profiled: int, from_trace: bool) -> float:
+    if not savings:
+        return 0.2
+    ordered = sorted(savings.values(), reverse=True)
+    top = ordered[0]
+    second = ordered[1] if len(ordered) > 1 else 0.0
+    margin = top / (top + second) if top + second > 0 else 0.5  # 0.5 (tie) .. 1.0 (alone)
+    window = min(1.0, steps_profiled / T.CONFIDENT_STEPS) if from_trace else 0.6
+    return round(max(0.05, min(0.99, margin * window)), 3)
+
+
+def summary_findings(summary: TraceSummary) -> list[Finding]:
+    """Narrower findings read off the trace (tensor cores, short kernels, sync APIs)."""
+    out: list[Finding] = []
+    eligible = summary.tensor_core_eligible_share
+    used = summary.tensor_core_share
+    if eligible is not None and used is not None and eligible >= T.TENSOR_CORE_ELIGIBLE_MIN and used < eligible / 2:
+        out.append(
+            Finding(
+                kind="compute",
+                severity=Severity.MEDIUM,
+                summary=(
+                    f"{eligible:.0%} of kernel time is in tensor-core-eligible ops (matmul/conv/attention) "
+                    f"but only {used:.0%} runs on tensor cores."
+                ),
+                evidence={"tensor_core_eligible_share": eligible, "tensor_core_share": used,
+                          "fp32_gemm_share": summary.fp32_gemm_share},
+            )
+        )
+    if summary.short_kernel_share is not None and summary.kernels_per_step:
+        if summary.short_kernel_share >= 0.5:
+            out.append(
+                Finding(
+                    kind="overhead",
+                    severity=Severity.MEDIUM,
+                    summary=(
+                        f"{summary.kernels_per_step:.0f} kernels per step; {summary.short_kernel_share:.0%} of "
+                        "kernel time is in very short kernels (launch-bound signature)."
+                    ),
+                    evidence={"kernels_per_step": summary.kernels_per_step,
+                              "short_kernel_share": summary.short_kernel_share},
+                )
+            )
+    return out
+
+
+def memory_findings(evidence: Evidence) -> list[Finding]:
+    out: list[Finding] = []
+    if evidence.oom:
+        out.append(
+            Finding(
+                kind="memory",
+                severity=Severity.HIGH,
+                summary="Training stopped with an out-of-memory error.",
+                evidence={"error": evidence.oom[:300]},
+            )
+        )
+    mem = evidence.memory
+    if mem is not None:
+        share = mem.peak_reserved_share
+        ev = {
+            "peak_allocated_bytes": mem.peak_allocated,
+            "peak_reserved_bytes": mem.peak_reserved,
+            "device_total_bytes": mem.device_total,
+            "num_alloc_retries": mem.num_alloc_retries,
+        }
+        if share is not None and share >= T.MEMORY_PEAK_SHARE_HIGH:
+            out.append(Finding("memory", Severity.HIGH,
+                               f"Peak reserved memory is {share:.0%} of the device's capacity.", ev))
+        elif mem.num_alloc_retries >= T.MEMORY_ALLOC_RETRIES_MEDIUM:
+            out.append(Finding("memory", Severity.MEDIUM,
+                               f"The caching allocator had to free and retry {mem.num_alloc_retries} time(s).", ev))
+    return out
+
+
+def input_timing_findings(evidence: Evidence) -> list[Finding]:
+    """Epoch-start stalls (worker start-up) seen by the always-on timing, apart from steady-state waits."""
+    timing = evidence.timing
+    if timing is None or not timing.epoch_start_wait_ms:
+        return []
+    steady = sorted(timing.data_wait_ms)
+    median_wait = steady[len(steady) // 2] if steady else 0.0
+    stalls = [w for w in timing.epoch_start_wait_ms if w >= T.EPOCH_STALL_MIN_MS and w >= T.EPOCH_STALL_RATIO * median_wait]
+    if not stalls:
+        return []
+    mean = sum(stalls) / len(stalls)
+    return [
+        Finding(
+            kind="epoch_start_stall",
+            severity=Severity.MEDIUM if len(stalls) > 1 else Severity.LOW,
+            summary=(
+                f"Each epoch starts with a {mean:.0f} ms wait for the first batch (DataLoader worker "
+                f"start-up), {len(stalls)} time(s); steady-state waits are {median_wait:.1f} ms."
+            ),
+            evidence={"epoch_start_wait_ms": [round(w, 2) for w in timing.epoch_start_wait_ms],
+                      "median_steady_wait_ms": round(median_wait, 3)},
+        )
+    ]
+
+
+def classify(breakdown: dict[str, float], evidence: Evidence, steps_profiled: int, from_trace: bool) -> Verdict:
+    """The verdict for one rank: findings from every rule, and the primary bucket."""
+    findings = share_findings(breakdown)
+    for summary in evidence.summaries[:1]:
+        findings += summary_findings(summary)
+    findings += memory_findings(evidence)
+    findings += input_timing_findings(evidence)
+    if evidence.oom:
+        primary, savings = Category.MEMORY, {"memory": 1.0}
+        confidence = 0.95
+    else:
+        primary, savings = choose_primary(breakdown)
+        confidence = confidence_of(savings, steps_profiled, from_trace)
+    findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
+    return Verdict(primary, confidence, breakdown, findings, savings)

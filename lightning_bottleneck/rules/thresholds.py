@@ -1,0 +1,80 @@
+"""Named thresholds used by the rules. Every value says where it comes from.
+
+Shares are fractions of step time unless stated otherwise.
+"""
+
+from __future__ import annotations
+
+# --- input -----------------------------------------------------------------------------------------
+# torch-tb-profiler's Overview recommends more DataLoader workers when DataLoader time exceeds 5% of
+# the step (torch_tb_profiler/profiler/data.py: ``dataloader_ratio > 0.05``). TensorFlow's profiler
+# calls a run "moderately input-bound" above 5% and "highly input-bound" above 20% of step time
+# (tensorflow/core/profiler/convert/op_stats_to_input_pipeline_analysis.cc).
+INPUT_SHARE_MEDIUM = 0.05
+INPUT_SHARE_HIGH = 0.20
+# The first fetch of an epoch (worker start-up) counts as a stall when it exceeds this many median
+# steady-state data waits *and* this absolute floor; below the floor start-up is noise on any machine
+# (a fork of a DataLoader worker costs a few ms on Linux).
+EPOCH_STALL_RATIO = 5.0
+EPOCH_STALL_MIN_MS = 50.0
+
+# --- sync ------------------------------------------------------------------------------------------
+# Host time blocked on the device is device time lost the same way DataLoader waits are, so the input
+# thresholds above apply unchanged (same sources).
+SYNC_SHARE_MEDIUM = 0.05
+SYNC_SHARE_HIGH = 0.20
+
+# --- communication ---------------------------------------------------------------------------------
+# torch-tb-profiler recommends gradient compression / accumulation when communication exceeds 10% of
+# step time (torch_tb_profiler/profiler/data.py: ``communication_ratio > 0.1``).
+COMM_SHARE_MEDIUM = 0.10
+COMM_SHARE_HIGH = 0.30  # 3x the tb-profiler trigger: the wait then rivals the work itself
+
+# --- overhead --------------------------------------------------------------------------------------
+# torch-tb-profiler flags GPU utilization below 50% ("GPU has low utilization ... increase batch size",
+# profiler/data.py ``gpu_utilization < 0.5``). When the device is idle for reasons other than input,
+# sync or communication, the host cannot feed it: launch/Python overhead. The same 50% / 30% split is
+# used for the host-side (CPU-only) overhead share: dispatch-dominated short ops + Python gaps.
+OVERHEAD_SHARE_MEDIUM = 0.30
+OVERHEAD_SHARE_HIGH = 0.50
+
+# --- compute ---------------------------------------------------------------------------------------
+# A busy device is the healthy state; compute becomes the verdict when nothing else is worth fixing.
+# torch-tb-profiler's AMP rule fires when tensor-core-eligible ops launch kernels but none run on
+# tensor cores (profiler/data.py, compute capability >= 7.0).
+COMPUTE_SHARE_MEDIUM = 0.50
+COMPUTE_SHARE_HIGH = 0.80
+TENSOR_CORE_ELIGIBLE_MIN = 0.10  # below this share of kernel time, AMP cannot pay off noticeably
+
+# --- memory ----------------------------------------------------------------------------------------
+# torch-tb-profiler warns when peak memory exceeds 90% of device capacity (profiler/data.py
+# ``peak_mem > total_mem * 0.9``). Any cudaMalloc retry means the caching allocator had to free
+# and retry (torch.cuda.memory_stats ``num_alloc_retries``), which the CUDA notes call a sign of
+# memory pressure that costs synchronisations.
+MEMORY_PEAK_SHARE_HIGH = 0.90
+MEMORY_ALLOC_RETRIES_MEDIUM = 1
+
+# --- verdict ---------------------------------------------------------------------------------------
+# Fraction of a bucket's time its usual fix recovers; the primary verdict is the bucket whose fix saves
+# the most step time (share x recoverable).
+RECOVERABLE = {
+    # Enough workers with prefetching hide loading entirely (PyTorch performance tuning guide,
+    # "enable async data loading and augmentation").
+    "input": 1.0,
+    # Removing or deferring a sync removes the wait (the work itself still runs asynchronously).
+    "sync": 1.0,
+    # Overlap/bucketing/accumulation hide most of an exposed all-reduce, not all of it (DDP paper,
+    # Li et al., VLDB 2020: overlap recovers the bulk of communication time).
+    "communication": 0.7,
+    # torch.compile / CUDA graphs remove most but not all launch and dispatch cost.
+    "overhead": 0.7,
+    # bf16/fp16 autocast roughly doubles matmul throughput on tensor cores (NVIDIA mixed-precision
+    # training guide), i.e. recovers about half of compute time; less on CPU.
+    "compute": 0.5,
+}
+# Fewer profiled steps than this (and fewer timed steps than TIMED_STEPS_MIN) make the verdict "unknown".
+PROFILED_STEPS_MIN = 1
+TIMED_STEPS_MIN = 3
+# Confidence is scaled down when the window is shorter than this many steps (torch.profiler's own
+# docs use schedule(wait=1, warmup=1, active=3) as the smallest useful window).
+CONFIDENT_STEPS = 3

@@ -1,0 +1,116 @@
+"""Always-on step timing from the batch hooks: two ``perf_counter`` reads per step, no device syncs.
+
+Torch-free. Memory is bounded: the most recent ``capacity`` steady-state steps are kept in fixed-size
+``array`` ring buffers (no per-step allocation once full), plus running totals for the whole run.
+"""
+
+from __future__ import annotations
+
+from array import array
+from time import perf_counter
+
+from lightning_bottleneck.evidence import TimingStats
+
+DEFAULT_CAPACITY = 4096  # ~64 KiB of doubles; enough for stable median/p90 and rolling shares
+
+
+class _Ring:
+    __slots__ = ("buf", "capacity", "n")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.buf = array("d", bytes(8 * capacity))
+        self.n = 0
+
+    def push(self, value: float) -> None:
+        self.buf[self.n % self.capacity] = value
+        self.n += 1
+
+    def values(self) -> list[float]:
+        if self.n <= self.capacity:
+            return list(self.buf[: self.n])
+        i = self.n % self.capacity
+        return list(self.buf[i:]) + list(self.buf[:i])
+
+    def last(self, k: int) -> list[float]:
+        vals = self.values()
+        return vals[-k:]
+
+
+class StepTimer:
+    """Times training steps from ``on_train_batch_start`` / ``on_train_batch_end``.
+
+    * data wait of step N = start(N) - end(N-1);
+    * step time of step N = end(N) - end(N-1);
+    * a step whose gap held a validation run (:meth:`pause` was called) is not sampled at all: the
+      validation loader's first fetch happens before any hook fires, so no subtraction could be exact;
+    * the first batch of each epoch is an *epoch-start* wait (worker start-up), kept apart.
+    """
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.steps = 0
+        self.step_ms = _Ring(capacity)
+        self.wait_ms = _Ring(capacity)
+        self.epoch_start_wait_ms: list[float] = []
+        self._prev_end: float | None = None
+        self._start: float | None = None
+        self._epoch_start: float | None = None
+        self._tainted = False
+        self._first_in_epoch = False
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def epoch_start(self) -> None:
+        self._epoch_start = perf_counter()
+        self._prev_end = None
+        self._tainted = False
+        self._first_in_epoch = True
+
+    def batch_start(self) -> None:
+        now = perf_counter()
+        self._start = now
+        if self._first_in_epoch:
+            if self._epoch_start is not None:
+                self.epoch_start_wait_ms.append((now - self._epoch_start) * 1e3)
+        elif self._prev_end is not None and not self._tainted:
+            self.wait_ms.push((now - self._prev_end) * 1e3)
+
+    def batch_end(self) -> None:
+        now = perf_counter()
+        if self._start is None:
+            return
+        self.steps += 1
+        if not self._first_in_epoch and self._prev_end is not None and not self._tainted:
+            self.step_ms.push((now - self._prev_end) * 1e3)
+        self._first_in_epoch = False
+        self._prev_end = now
+        self._tainted = False
+        self._start = None
+
+    def pause(self) -> None:
+        """Something that is not training (the validation loop) runs before the next batch: skip it."""
+        self._tainted = True
+
+    def resume(self) -> None:
+        """Nothing to do: the tainted gap is dropped when the next batch ends."""
+
+    # -- results --------------------------------------------------------------------------------
+    def rolling(self, k: int) -> tuple[float, float]:
+        """(median step ms, data-wait share) over the last ``k`` steady-state steps."""
+        steps = self.step_ms.last(k)
+        waits = self.wait_ms.last(len(steps))
+        if not steps:
+            return 0.0, 0.0
+        total = sum(steps)
+        s = sorted(steps)
+        return s[len(s) // 2], (sum(waits) / total if total > 0 else 0.0)
+
+    def stats(self, samples_per_step: float | None = None) -> TimingStats:
+        steps = self.step_ms.values()
+        waits = self.wait_ms.values()[-len(steps):] if steps else []
+        return TimingStats(
+            steps=self.steps,
+            step_ms=steps,
+            data_wait_ms=waits,
+            epoch_start_wait_ms=list(self.epoch_start_wait_ms),
+            samples_per_step=samples_per_step,
+        )

@@ -1,0 +1,54 @@
+"""Small hand-made Kineto traces for the trace tests (both category schemas, µs or ns timestamps)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+NEW = {"op": "cpu_op", "ann": "user_annotation", "rt": "cuda_runtime", "k": "kernel", "cpy": "gpu_memcpy"}
+OLD = {"op": "Operator", "ann": "Operator", "rt": "Runtime", "k": "Kernel", "cpy": "Memcpy"}
+
+
+def gpu_training_events(schema: dict[str, str] = NEW, scale: float = 1.0) -> list[dict[str, Any]]:
+    """Two 1000 µs steps on thread 1; each launches a 300 µs GEMM (tensor cores), a 100 µs NCCL kernel
+    overlapping it by 50 µs, and a 5 µs elementwise kernel launched late (a host-wait gap before it)."""
+    ev: list[dict[str, Any]] = []
+    old = schema is OLD
+
+    def x(cat: str, name: str, ts: float, dur: float, pid: Any = 1, tid: Any = 1, **args: Any) -> None:
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
+                   "ts": ts * scale, "dur": dur * scale, "args": args})
+
+    corr = 0
+    for step in range(2):
+        t0 = 1_000_000 + step * 1000
+        x(schema["ann"], f"ProfilerStep#{step}", t0, 1000)
+        x(schema["ann"], "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 1, 99)
+        x(schema["op"], "aten::mm", t0 + 100, 60, **{"External id": 10 + step})
+        for name, launch, start, dur in (
+            ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_64x3_nn", t0 + 110, t0 + 120, 300),
+            ("ncclKernel_AllReduce_RING_LL_Sum_float", t0 + 130, t0 + 370, 100),
+            ("void at::native::vectorized_elementwise_kernel<4>", t0 + 700, t0 + 710, 5),
+        ):
+            corr += 1
+            x(schema["rt"], "cudaLaunchKernel", launch, 5, correlation=corr, **{"External id": 10 + step})
+            kargs: dict[str, Any] = {"correlation": corr, "External id": 10 + step}
+            if not old:
+                kargs.update(stream=7, device=0)
+            x(schema["k"], name, start, dur, pid=0, tid="stream 7" if old else 7, **kargs)
+        x(schema["op"], "aten::add", t0 + 800, 8)
+        x(schema["op"], "aten::add", t0 + 810, 8)
+        x(schema["rt"], "cudaStreamSynchronize", t0 + 900, 50)
+    return ev
+
+
+def write_trace(path: Path, events: list[dict[str, Any]], gz: bool = False, **meta: Any) -> Path:
+    doc: dict[str, Any] = {"schemaVersion": 1, **meta, "traceEvents": events}
+    text = json.dumps(doc, indent=1)
+    if gz:
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path

@@ -1,0 +1,84 @@
+"""Shared test set-up: quiet, single-threaded, deterministic CPU runs."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("PL_DISABLE_FORK", "1")
+warnings.filterwarnings("ignore", ".*does not have many workers.*")
+warnings.filterwarnings("ignore", ".*GPU available but not used.*")
+
+SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is absent")
+    return SHARED_TRACES
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:  # pragma: no cover - torch missing
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def fit_scenario(
+    name: str,
+    root: Path,
+    max_steps: int = 14,
+    callback_kwargs: dict | None = None,
+    **trainer_kwargs: object,
+):
+    """Train one of ``examples/scenarios.py``'s models with the callback; return (trainer, callback)."""
+    import sys
+
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    import lightning.pytorch as pl
+    import torch
+    from scenarios import scenario
+
+    from lightning_bottleneck import BottleneckCallback
+
+    torch.manual_seed(0)
+    model, train, val = scenario(name)
+    kwargs = {"wait": 2, "warmup": 2, "active": 4, "verbose": False}
+    kwargs.update(callback_kwargs or {})
+    callback = BottleneckCallback(**kwargs)
+    options: dict = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_steps": max_steps,
+        "default_root_dir": str(root),
+        "callbacks": [callback],
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "logger": False,
+        "num_sanity_val_steps": 0,
+    }
+    if val is None:
+        options["limit_val_batches"] = 0
+    options.update(trainer_kwargs)
+    trainer = pl.Trainer(**options)
+    trainer.fit(model, train, val)
+    return trainer, callback

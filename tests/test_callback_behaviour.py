@@ -1,0 +1,187 @@
+"""Loggers, short runs, accumulation, manual optimization, misconfiguration, and never breaking training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from conftest import fit_scenario
+from lightning_bottleneck import BottleneckCallback, Category
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"wait": -1}, "wait"),
+        ({"active": 0}, "active"),
+        ({"repeat": 0}, "repeat"),
+        ({"warmup": 1.5}, "warmup"),
+        ({"record_shapes": "yes"}, "record_shapes"),
+        ({"log_every_n_steps": -2}, "log_every_n_steps"),
+        ({"report_path": 3}, "report_path"),
+    ],
+)
+def test_misconfiguration_names_option_allowed_values_and_value(kwargs: dict, option: str) -> None:
+    with pytest.raises(MisconfigurationException) as err:
+        BottleneckCallback(**kwargs)
+    msg = str(err.value)
+    assert f"`{option}`" in msg
+    assert repr(next(iter(kwargs.values()))) in msg
+    assert "must be" in msg
+
+
+def test_conflicting_pytorch_profiler_fails_at_setup(tmp_path: Path) -> None:
+    with pytest.raises(MisconfigurationException, match="Remove `profiler=`"):
+        fit_scenario("compute", tmp_path, max_steps=2, profiler="pytorch")
+
+
+def test_tensorboard_logger_gets_traces_scalars_text_and_report(tmp_path: Path) -> None:
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    trainer, cb = fit_scenario("input", tmp_path, logger=logger, log_every_n_steps=2)
+    log_dir = Path(logger.log_dir)
+    assert (log_dir / "bottleneck_report.json").is_file()
+    traces = sorted((log_dir / "bottleneck").glob("*.pt.trace.json.gz"))
+    assert len(traces) == 1 and "_rank0." in traces[0].name
+    assert cb.report is not None and cb.report.trace_files == [str(traces[0])]
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    scalars = set(acc.Tags()["scalars"])
+    assert {"bottleneck/step_time_ms", "bottleneck/data_wait_share", "bottleneck/samples_per_sec"} <= scalars
+    shares = [e.value for e in acc.Scalars("bottleneck/data_wait_share")]
+    assert shares and max(shares) > 0.5  # the injected 2 ms/sample sleep dominates
+    assert "bottleneck/report/text_summary" in acc.Tags()["tensors"]
+    text = acc.Tensors("bottleneck/report/text_summary")[-1].tensor_proto.string_val[0].decode()
+    assert "Verdict: **input**" in text and "| data_wait |" in text and "num_workers" in text
+
+
+def test_traces_load_in_torch_tb_profiler(tmp_path: Path) -> None:
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    fit_scenario("compute", tmp_path, logger=logger)
+    from torch_tb_profiler import io as tbio
+    from torch_tb_profiler.profiler.loader import RunLoader
+
+    run_dir = Path(logger.log_dir) / "bottleneck"
+    loader = RunLoader("bottleneck", str(run_dir), tbio.Cache())
+    run = loader.load()
+    workers = run.get_workers(next(iter(run.get_spans() or [None])) if run.get_spans() else None)
+    assert any("rank0" in w for w in workers)
+    profile = run.get_profile(workers[0], None if not run.get_spans() else run.get_spans()[0])
+    assert profile is not None and profile.views  # Overview & co. are populated
+    assert "DataLoader" in json.dumps(profile.overview) or profile.overview
+
+
+def test_logger_false_writes_to_default_root_dir(tmp_path: Path) -> None:
+    _, cb = fit_scenario("compute", tmp_path, logger=False)
+    assert (tmp_path / "bottleneck_report.json").is_file()
+    assert list((tmp_path / "bottleneck").glob("*.pt.trace.json.gz"))
+    # the verdict is still shown next to the traces in TensorBoard
+    assert list((tmp_path / "bottleneck").glob("events.out.tfevents.*"))
+
+
+def test_csv_and_several_loggers(tmp_path: Path) -> None:
+    csv = CSVLogger(str(tmp_path), name="csv")
+    tb = TensorBoardLogger(str(tmp_path), name="tb")
+    fit_scenario("compute", tmp_path, logger=[csv, tb], log_every_n_steps=2)
+    log_dir = Path(csv.log_dir)  # trainer.log_dir follows the first logger
+    assert (log_dir / "bottleneck_report.json").is_file()
+    metrics = (log_dir / "metrics.csv").read_text()
+    assert "bottleneck/step_time_ms" in metrics
+    assert list(Path(tb.log_dir).glob("events.out.tfevents.*"))
+
+
+def test_max_steps_shorter_than_schedule_reports_what_it_has(tmp_path: Path) -> None:
+    _, cb = fit_scenario("input", tmp_path, max_steps=6, callback_kwargs={"wait": 5, "warmup": 5, "active": 5})
+    report = cb.report
+    assert report is not None
+    assert report.steps_profiled == 0 and report.steps_observed == 6
+    assert any("before the profiling schedule" in n for n in report.notes)
+    # always-on timing still sees the injected data wait
+    assert report.primary == Category.INPUT
+    assert report.step_time_ms is not None
+
+
+def test_gradient_accumulation(tmp_path: Path) -> None:
+    _, cb = fit_scenario("input", tmp_path, accumulate_grad_batches=2)
+    assert cb.report is not None and cb.report.primary == Category.INPUT
+    assert cb.report.steps_observed == 14 * 2  # batches, not optimizer steps
+
+
+class ManualModel(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1))
+
+    def training_step(self, batch, batch_idx):  # type: ignore[override]
+        opt = self.optimizers()
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+
+    def configure_optimizers(self):  # type: ignore[override]
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_manual_optimization(tmp_path: Path) -> None:
+    from scenarios import in_memory
+
+    cb = BottleneckCallback(wait=1, warmup=1, active=3, verbose=False)
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=8, logger=False, default_root_dir=str(tmp_path), callbacks=[cb],
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    )
+    trainer.fit(ManualModel(), torch.utils.data.DataLoader(in_memory(2048, 512), batch_size=256))
+    assert cb.report is not None and cb.report.primary == Category.COMPUTE
+    assert cb.report.steps_profiled == 3
+    assert cb.report.metrics["trace"]["phases"].get("backward", 0) > 0
+
+
+def test_internal_error_warns_once_disables_and_training_goes_on(tmp_path: Path, monkeypatch) -> None:
+    def boom(self):  # an internal bug in the always-on timing
+        raise RuntimeError("boom")
+
+    from lightning_bottleneck import timing
+
+    monkeypatch.setattr(timing.StepTimer, "batch_end", boom)
+    with pytest.warns(UserWarning, match="disabled itself") as record:
+        trainer, cb = fit_scenario("compute", tmp_path, max_steps=6)
+    assert sum("disabled itself" in str(w.message) for w in record) == 1
+    assert trainer.global_step == 6
+    assert cb._prof is None and cb._tracker is None
+    assert not torch._C._autograd._profiler_enabled()
+
+
+def test_exception_in_training_step_stops_profiler_and_writes_report(tmp_path: Path) -> None:
+    import scenarios
+
+    class Failing(scenarios.Regressor):
+        def training_step(self, batch, batch_idx):  # type: ignore[override]
+            if batch_idx == 3:
+                raise ValueError("user bug")
+            return super().training_step(batch, batch_idx)
+
+    cb = BottleneckCallback(wait=1, warmup=1, active=5, verbose=False)
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=8, logger=False, default_root_dir=str(tmp_path), callbacks=[cb],
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    )
+    with pytest.raises(ValueError, match="user bug"):
+        trainer.fit(Failing(), torch.utils.data.DataLoader(scenarios.in_memory(256, 32), batch_size=8))
+    assert cb._prof is None
+    data = json.loads((tmp_path / "bottleneck_report.json").read_text())
+    assert any("ValueError" in n for n in data["notes"])
+    # a new profiler can start: nothing was left running
+    with torch.profiler.profile() as prof:
+        torch.ones(2) + 1
+    assert prof.events() is not None

@@ -1,0 +1,97 @@
+"""Real tiny Lightning runs on CPU with a bottleneck injected on purpose: verdict, evidence, advice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import fit_scenario
+from lightning_bottleneck import Category
+
+
+def _report_json(root: Path) -> dict:
+    return json.loads((root / "bottleneck_report.json").read_text())
+
+
+def test_slow_getitem_is_input_with_worker_advice(tmp_path: Path) -> None:
+    _, cb = fit_scenario("input", tmp_path)
+    report = cb.report
+    assert report is not None and report.primary == Category.INPUT
+    assert report.breakdown["data_wait"] > 0.5
+    top = report.findings[0]
+    assert top.kind == "input" and top.severity.value == "high"
+    rec = report.recommendations[0]
+    assert rec.kind == "input"
+    assert rec.settings["num_workers"] >= 1
+    assert rec.settings["persistent_workers"] is True
+    assert "pin_memory" not in rec.settings  # CPU run: pinning buys nothing
+    assert "num_workers=" in rec.snippet and "batch_size=16" in rec.snippet
+    data = _report_json(tmp_path)
+    assert data["primary"] == "input" and data["steps_profiled"] == 4
+
+
+def test_heavy_numpy_transform_is_input(tmp_path: Path) -> None:
+    _, cb = fit_scenario("input_numpy", tmp_path)
+    assert cb.report is not None and cb.report.primary == Category.INPUT
+    assert cb.report.recommendations[0].settings.get("num_workers", 0) >= 1
+
+
+def test_tiny_op_loop_is_overhead_with_compile_advice(tmp_path: Path) -> None:
+    _, cb = fit_scenario("overhead", tmp_path)
+    report = cb.report
+    assert report is not None and report.primary == Category.OVERHEAD, report.breakdown
+    assert report.breakdown["overhead"] > report.breakdown["compute"]
+    kinds = [r.settings for r in report.recommendations if r.kind == "overhead"]
+    assert {"compile": True, "compile_mode": "default"} in kinds
+    assert {"batch_size": 16} in kinds  # derived from this run's batch_size=8
+
+
+def test_wide_mlp_is_compute(tmp_path: Path) -> None:
+    _, cb = fit_scenario("compute", tmp_path)
+    report = cb.report
+    assert report is not None and report.primary == Category.COMPUTE, report.breakdown
+    assert report.breakdown["compute"] > 0.5
+    assert report.breakdown["data_wait"] < 0.05
+    assert any(r.settings.get("compile") for r in report.recommendations)
+
+
+def test_slow_validation_loader_is_not_input(tmp_path: Path) -> None:
+    # validation runs every 3 steps, inside the profiled window, with a loader that sleeps 10 ms per sample
+    _, cb = fit_scenario("slow_val", tmp_path, val_check_interval=3, limit_val_batches=2)
+    report = cb.report
+    assert report is not None and report.primary == Category.COMPUTE, report.breakdown
+    assert report.breakdown["data_wait"] < 0.05
+    assert not any(f.kind == "input" for f in report.findings)
+
+
+def test_out_of_memory_gives_memory_verdict_and_propagates(tmp_path: Path) -> None:
+    import torch
+
+    import scenarios
+
+    class OOMing(scenarios.Regressor):
+        def training_step(self, batch, batch_idx):  # type: ignore[override]
+            if batch_idx == 6:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return super().training_step(batch, batch_idx)
+
+    original = scenarios.scenario
+
+    def patched(name):  # same loaders, OOMing model
+        _, train, val = original("compute")
+        return OOMing(dim=512, width=1024, depth=3), train, val
+
+    scenarios.scenario = patched
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
+            fit_scenario("compute", tmp_path)
+    finally:
+        scenarios.scenario = original
+    data = _report_json(tmp_path)
+    assert data["primary"] == "memory"
+    assert data["findings"][0]["kind"] == "memory"
+    settings = [r["settings"] for r in data["recommendations"]]
+    assert {"gradient_checkpointing": True} in settings
+    assert {"batch_size": 128, "accumulate_grad_batches": 2} in settings
