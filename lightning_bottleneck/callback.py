@@ -27,6 +27,7 @@ from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.render import render_markdown, render_text
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.timing import StepTimer
+from lightning_bottleneck.trace.tb_compat import write_trace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -292,8 +293,9 @@ class BottleneckCallback(Callback):
         self._trace_dir.mkdir(parents=True, exist_ok=True)
         worker = f"{socket.gethostname()}_rank{self._rank}"
         path = self._trace_dir / f"{worker}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
-        prof.export_chrome_trace(str(path))
-        self._trace_files.append(str(path))
+        raw = path.with_name(path.name[: -len(".gz")] + ".partial")
+        prof.export_chrome_trace(str(raw))
+        self._trace_files.append(str(write_trace(raw, path)))
 
     def _recording(self) -> bool:
         """True while the profiler records (warmup or active) the current step."""

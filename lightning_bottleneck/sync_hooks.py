@@ -199,7 +199,7 @@ class SyncTracker:
 
     def reset(self) -> None:
         """Forget the counts and steps (keeps the patches and the remembered ``self.log`` sites)."""
-        self._acc.clear()
+        self._acc.clear()  # cleared in place: the wrappers hold its ``get``
         self._steps = 0
 
     def __enter__(self) -> SyncTracker:
@@ -286,12 +286,16 @@ class SyncTracker:
         self, orig: Callable[..., Any], via: str, cpu_run: bool, d2h: bool
     ) -> Callable[..., Any]:
         tracker, depth, perf, getframe = self, self._depth, time.perf_counter_ns, sys._getframe
+        fast_get = self._acc.get
+        direct_only = cpu_run and d2h
+        remember_copy = cpu_run and d2h
 
         def wrapper(t: Any, *args: Any, **kwargs: Any) -> Any:
             if not tracker._active or depth.depth:
                 return orig(t, *args, **kwargs)
             if cpu_run:
-                if id(t) == tracker._last_d2h_id:  # x.cpu().numpy(): one sync, already counted
+                last = tracker._last_d2h_id
+                if last and id(t) == last:  # x.cpu().numpy(): one sync, already counted
                     tracker._last_d2h_id = 0
                     return orig(t, *args, **kwargs)
             elif t.is_cpu:  # not a host-device sync on this run
@@ -302,7 +306,15 @@ class SyncTracker:
                 out = orig(t, *args, **kwargs)
             finally:
                 depth.depth = 0
-            if tracker._record(via, getframe(1), perf() - t0, cpu_run and d2h) and d2h:
+            ns = perf() - t0
+            f = getframe(1)
+            acc = fast_get((id(f.f_code), f.f_lineno, via))
+            if acc is not None:  # a user line seen before: count it, nothing else
+                acc.calls += 1
+                acc.ns += ns
+            elif not tracker._record(via, f, ns, direct_only):
+                return out
+            if remember_copy:
                 tracker._last_d2h_id = id(out)
             return out
 
@@ -311,14 +323,13 @@ class SyncTracker:
 
     def _to_wrapper(self, orig: Callable[..., Any], cpu_run: bool) -> Callable[..., Any]:
         tracker, depth, perf, getframe = self, self._depth, time.perf_counter_ns, sys._getframe
+        fast_get = self._acc.get
         dtype_cls, device_cls, tensor_cls = torch.dtype, torch.device, torch.Tensor
 
         def to(t: Any, *args: Any, **kwargs: Any) -> Any:
-            if not tracker._active or depth.depth:
-                return orig(t, *args, **kwargs)
             dest = args[0] if args else kwargs.get("device")
             cls = dest.__class__
-            if dest is None or cls is dtype_cls:
+            if cls is dtype_cls or dest is None or not tracker._active or depth.depth:
                 return orig(t, *args, **kwargs)
             if cls is str:
                 to_cpu = dest.startswith("cpu")
@@ -340,7 +351,15 @@ class SyncTracker:
                 out = orig(t, *args, **kwargs)
             finally:
                 depth.depth = 0
-            if tracker._record("Tensor.to", getframe(1), perf() - t0, cpu_run):
+            ns = perf() - t0
+            f = getframe(1)
+            acc = fast_get((id(f.f_code), f.f_lineno, "Tensor.to"))
+            if acc is not None:
+                acc.calls += 1
+                acc.ns += ns
+            elif not tracker._record("Tensor.to", f, ns, cpu_run):
+                return out
+            if cpu_run:
                 tracker._last_d2h_id = id(out)
             return out
 
@@ -376,6 +395,7 @@ class SyncTracker:
 
     def _plain_wrapper(self, orig: Callable[..., Any], via: str) -> Callable[..., Any]:
         tracker, depth, perf, getframe = self, self._depth, time.perf_counter_ns, sys._getframe
+        fast_get = self._acc.get
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not tracker._active or depth.depth:
@@ -386,7 +406,14 @@ class SyncTracker:
                 out = orig(*args, **kwargs)
             finally:
                 depth.depth = 0
-            tracker._record(via, getframe(1), perf() - t0)
+            ns = perf() - t0
+            f = getframe(1)
+            acc = fast_get((id(f.f_code), f.f_lineno, via))
+            if acc is not None:
+                acc.calls += 1
+                acc.ns += ns
+            else:
+                tracker._record(via, f, ns)
             return out
 
         wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -479,9 +506,10 @@ class SyncTracker:
         while f is not None:
             kind = self._kind(f.f_code)
             if kind == _USER:
-                self._add(
-                    (id(f.f_code), f.f_lineno, via), f.f_code, f.f_lineno, via, ns, lightning_log=saw_logging
+                key = (
+                    (id(f.f_code), f.f_lineno, via) if f is frame else (id(f.f_code), f.f_lineno, via, "via")
                 )
+                self._add(key, f.f_code, f.f_lineno, via, ns, lightning_log=saw_logging)
                 return True
             if kind == _IGNORE:
                 return False

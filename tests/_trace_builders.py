@@ -33,8 +33,9 @@ def gpu_training_events(schema: dict[str, str] = NEW, scale: float = 1.0) -> lis
             ("void at::native::vectorized_elementwise_kernel<4>", t0 + 700, t0 + 710, 5),
         ):
             corr += 1
-            x(schema["rt"], "cudaLaunchKernel", launch, 5, correlation=corr, **{"External id": 10 + step})
-            kargs: dict[str, Any] = {"correlation": corr, "External id": 10 + step}
+            ext = 10 + step if "gemm" in name else 500 + corr  # only the GEMM comes from aten::mm
+            x(schema["rt"], "cudaLaunchKernel", launch, 5, correlation=corr, **{"External id": ext})
+            kargs: dict[str, Any] = {"correlation": corr, "External id": ext}
             if not old:
                 kargs.update(stream=7, device=0)
             x(schema["k"], name, start, dur, pid=0, tid="stream 7" if old else 7, **kargs)

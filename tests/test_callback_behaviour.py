@@ -63,20 +63,25 @@ def test_tensorboard_logger_gets_traces_scalars_text_and_report(tmp_path: Path) 
     assert "Verdict: **input**" in text and "| data_wait |" in text and "num_workers" in text
 
 
-def test_traces_load_in_torch_tb_profiler(tmp_path: Path) -> None:
+def test_traces_load_in_torch_tb_profiler_with_dataloader_time(tmp_path: Path) -> None:
     logger = TensorBoardLogger(str(tmp_path), name="tb")
-    fit_scenario("compute", tmp_path, logger=logger)
-    from torch_tb_profiler import io as tbio
-    from torch_tb_profiler.profiler.loader import RunLoader
+    _, cb = fit_scenario("input", tmp_path, logger=logger)
+    from torch_tb_profiler import consts
+    from torch_tb_profiler.profiler.data import RunProfileData
+    from torch_tb_profiler.profiler.event_parser import ProfileRole
+    from torch_tb_profiler.profiler.run_generator import RunGenerator
 
-    run_dir = Path(logger.log_dir) / "bottleneck"
-    loader = RunLoader("bottleneck", str(run_dir), tbio.Cache())
-    run = loader.load()
-    workers = run.get_workers(next(iter(run.get_spans() or [None])) if run.get_spans() else None)
-    assert any("rank0" in w for w in workers)
-    profile = run.get_profile(workers[0], None if not run.get_spans() else run.get_spans()[0])
-    assert profile is not None and profile.views  # Overview & co. are populated
-    assert "DataLoader" in json.dumps(profile.overview) or profile.overview
+    (trace,) = (Path(logger.log_dir) / "bottleneck").glob("*.pt.trace.json.gz")
+    match = consts.WORKER_PATTERN.match(trace.name)  # what tb-profiler uses to list workers of a run
+    assert match is not None and match.group(1).endswith("_rank0")
+    data = RunProfileData.parse(match.group(1), "1", str(trace), str(tmp_path / "cache"))
+    profile = RunGenerator(match.group(1), "1", data).generate_run_profile()
+    assert [v.name for v in profile.views][:1] == ["overall"]
+    costs = data.avg_costs.costs
+    tb_dataloader_share = costs[ProfileRole.DataLoader] / costs[ProfileRole.Total]
+    assert cb.report is not None
+    assert abs(tb_dataloader_share - cb.report.breakdown["data_wait"]) < 0.02
+    assert any("DataLoader" in r for r in data.recommendations)
 
 
 def test_logger_false_writes_to_default_root_dir(tmp_path: Path) -> None:
