@@ -58,6 +58,17 @@ def measure(number: int, rounds: int) -> dict[str, dict[str, float]]:
     return best
 
 
+def _noop(x: object) -> object:
+    return x
+
+
+def calibration_ns(number: int) -> float:
+    """This machine's cost of one empty Python function call: scale the deltas by it across machines."""
+    return min(per_call_ns(lambda: _noop(SCALAR), number) for _ in range(5)) - min(
+        per_call_ns(lambda: SCALAR, number) for _ in range(5)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--number", type=int, default=20000, help="calls per timing")
@@ -65,6 +76,7 @@ def main() -> None:
     args = parser.parse_args()
     best = measure(args.number, args.rounds)
     print(f"torch {torch.__version__}, {args.rounds} rounds x {args.number} calls, min ns/call")
+    print(f"calibration: one empty Python function call costs {calibration_ns(args.number):.0f} ns here")
     header = f"{'call':<20} {'kind':<32} {'off':>8} {'on':>8} {'delta':>8} {'paused':>8} {'delta':>8}"
     print(header)
     print("-" * len(header))

@@ -106,6 +106,20 @@ def scenario(name: str) -> tuple[pl.LightningModule, DataLoader, DataLoader | No
 SCENARIOS = ("input", "input_numpy", "overhead", "compute", "slow_val")
 
 
+class ScenarioData(pl.LightningDataModule):
+    """The loaders of a named scenario as a DataModule (for LightningCLI)."""
+
+    def __init__(self, name: str = "input") -> None:
+        super().__init__()
+        _, self._train, self._val = scenario(name)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._train
+
+    def val_dataloader(self) -> DataLoader | list:
+        return self._val if self._val is not None else []
+
+
 def main(argv: list[str] | None = None) -> None:
     from lightning_bottleneck import BottleneckCallback
 

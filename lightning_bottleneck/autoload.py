@@ -12,7 +12,7 @@ from typing import Any
 
 ENV_VAR = "LIGHTNING_BOTTLENECK"
 _OFF = {"", "0", "false", "no", "off"}
-_BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_BOOL = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 
 def parse_options(value: str) -> dict[str, Any]:

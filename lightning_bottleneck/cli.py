@@ -36,7 +36,7 @@ COMPARE_NOISE = 0.03
 class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with a one-line message (its default prints the usage too)."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
@@ -44,10 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Tell why PyTorch (Lightning) training is slow, from its traces.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     analyze = sub.add_parser("analyze", help="analyse Kineto/Chrome-trace JSON files or directories")
-    analyze.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) or directories (.json, .json.gz)")
-    analyze.add_argument("--json", action="store_true", help="print the report as JSON (the callback's schema)")
+    analyze.add_argument(
+        "paths", nargs="+", metavar="PATH", help="trace file(s) or directories (.json, .json.gz)"
+    )
+    analyze.add_argument(
+        "--json", action="store_true", help="print the report as JSON (the callback's schema)"
+    )
     analyze.add_argument("--markdown", action="store_true", help="print the report as Markdown")
-    analyze.add_argument("--rank", type=int, default=None, help="rank whose verdict leads the report (default 0)")
+    analyze.add_argument(
+        "--rank", type=int, default=None, help="rank whose verdict leads the report (default 0)"
+    )
     compare = sub.add_parser("compare", help="compare two runs: traces or saved report.json files")
     compare.add_argument("before", metavar="BEFORE")
     compare.add_argument("after", metavar="AFTER")
@@ -158,7 +164,9 @@ def load_run(path: str | Path) -> Report:
         try:
             return Report.read(p)
         except (ValueError, KeyError, TypeError) as exc:
-            raise TraceError(p, f"not a lightning-bottleneck report ({exc.__class__.__name__}: {exc})") from None
+            raise TraceError(
+                p, f"not a lightning-bottleneck report ({exc.__class__.__name__}: {exc})"
+            ) from None
     return analyze_paths([p])
 
 
@@ -223,10 +231,8 @@ def render_comparison(result: dict[str, Any]) -> str:
         + (f"{result['step_time_ratio']:>9.2f}x" if result["step_time_ratio"] is not None else ""),
     ]
     for key, change in result["breakdown_change"].items():
-        lines.append(
-            f"{key:16}{b['breakdown'].get(key, 0.0) * 100:>11.1f}%{a['breakdown'].get(key, 0.0) * 100:>11.1f}%"
-            f"{change * 100:>+9.1f}pp"
-        )
+        was, now = b["breakdown"].get(key, 0.0) * 100, a["breakdown"].get(key, 0.0) * 100
+        lines.append(f"{key:16}{was:>11.1f}%{now:>11.1f}%{change * 100:>+9.1f}pp")
     return "\n".join(lines)
 
 

@@ -18,8 +18,18 @@ def gpu_training_events(schema: dict[str, str] = NEW, scale: float = 1.0) -> lis
     old = schema is OLD
 
     def x(cat: str, name: str, ts: float, dur: float, pid: Any = 1, tid: Any = 1, **args: Any) -> None:
-        ev.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-                   "ts": ts * scale, "dur": dur * scale, "args": args})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": pid,
+                "tid": tid,
+                "ts": ts * scale,
+                "dur": dur * scale,
+                "args": args,
+            }
+        )
 
     corr = 0
     for step in range(2):

@@ -112,7 +112,7 @@ def test_recorded_tiny_op_loop_is_short_op_dominated(tmp_path: Path) -> None:
             x = x + b
 
     s = _record(tmp_path, "tiny", body)
-    assert s.host_op_short > 0.3 and s.host_op_short > 3 * s.host_op_long, (s.host_op_short, s.host_op_long)
+    assert s.host_op_short > 0.2 and s.host_op_short > 2 * s.host_op_long, (s.host_op_short, s.host_op_long)
     assert s.cpu_ops_per_step >= 300
     assert s.cpu_op_median_us < tm.LONG_HOST_OP_US
 

@@ -113,7 +113,7 @@ def test_find_trace_files(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="no such file"):
         find_trace_files([tmp_path / "missing.json"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TraceError, match="no \\*.json"):
+    with pytest.raises(TraceError, match=r"no \*\.json"):
         find_trace_files([tmp_path / "empty"])
 
 
@@ -126,7 +126,11 @@ def test_schemas_agree(tmp_path: Path) -> None:
 
 # ---- the shared real traces: every kept event matches a plain json.load of the same file ---------------
 
-SMALL_SHARED = ["cpu_only_rank34.pt.trace.json.gz", "mi250_rocm_minitoy.json.gz", "alexnet_inference_a100.json.gz"]
+SMALL_SHARED = [
+    "cpu_only_rank34.pt.trace.json.gz",
+    "mi250_rocm_minitoy.json.gz",
+    "alexnet_inference_a100.json.gz",
+]
 
 
 @pytest.mark.parametrize("name", SMALL_SHARED)

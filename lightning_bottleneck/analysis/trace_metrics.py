@@ -245,7 +245,9 @@ def _launch_times(trace: Trace, with_sync: bool = False) -> tuple[np.ndarray, np
     return launch_ts, launch_end
 
 
-def _align_steps_to_device(trace: Trace, steps: _Steps, launch_ts: np.ndarray, launch_end: np.ndarray) -> _Steps:
+def _align_steps_to_device(
+    trace: Trace, steps: _Steps, launch_ts: np.ndarray, launch_end: np.ndarray
+) -> _Steps:
     """torch-tb-profiler's step alignment: a step ends when the device work it launched ends.
 
     A device op belongs to the step whose host span wholly contains its runtime launch call. Step i then
@@ -293,9 +295,7 @@ def _align_steps_to_device(trace: Trace, steps: _Steps, launch_ts: np.ndarray, l
         if last > 0 and matched[last - 1] * INCOMPLETE_TAIL_STEP_RATIO > matched[last]:
             keep = last
         if keep < n:
-            notes.append(
-                f"dropped the last {n - keep} step(s): the trace ends before their device work does"
-            )
+            notes.append(f"dropped the last {n - keep} step(s): the trace ends before their device work does")
             source = f"{source} (last {n - keep} step(s) dropped: device work cut off by the trace end)"
     return _Steps(starts[:keep], ends[:keep], steps.main_thread, source, notes)
 
@@ -328,8 +328,10 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
     label = trace.name_mask(lambda n: n.startswith(LABEL_PREFIXES))
     ops = cpu_op & ~label
     dataloader = trace.name_mask(
-        lambda n: (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__"))
-        or n.startswith("enumerate(DataPipe)#")
+        lambda n: (
+            (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__"))
+            or n.startswith("enumerate(DataPipe)#")
+        )
     )
     s.data_wait = _share(_merged(trace, main & (cpu_op | annotation) & dataloader), windows, total)
 

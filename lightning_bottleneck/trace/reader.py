@@ -54,9 +54,7 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            inside = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-            )
+            inside = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
             if not inside:
                 raise TraceError(path, "directory holds no *.json or *.json.gz trace file")
             found.extend(inside)
@@ -117,7 +115,7 @@ class _Columns:
         self.names: dict[str, int] = {}
         self.threads: dict[tuple[Any, Any], int] = {}
 
-    def add(self, events: Sequence[Any]) -> None:  # noqa: C901 - one hot loop, kept flat for speed
+    def add(self, events: Sequence[Any]) -> None:
         kinds = CATEGORY_KINDS
         names = self.names
         threads = self.threads
@@ -258,7 +256,9 @@ class _TraceParser:
                 if self._fill(len(self.buf) - self.pos + CHUNK_CHARS):
                     continue
                 if exc.pos >= len(self.buf) - 2 or exc.msg.startswith("Unterminated"):
-                    raise TraceError(self.path, "truncated JSON: the file ends in the middle of a value") from None
+                    raise TraceError(
+                        self.path, "truncated JSON: the file ends in the middle of a value"
+                    ) from None
                 raise TraceError(self.path, f"invalid JSON: {exc.msg}") from None
             self.pos = end
             return value

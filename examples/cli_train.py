@@ -1,0 +1,31 @@
+"""LightningCLI with the callback, from the command line or a config file.
+
+    # the short flag: the class name is enough once lightning_bottleneck is imported
+    python examples/cli_train.py fit --data.name=input --trainer.max_steps=20 \
+        --trainer.callbacks+=BottleneckCallback --trainer.callbacks.wait=2 --trainer.callbacks.warmup=2
+
+    # the full class path works without any import in the script
+    python examples/cli_train.py fit --trainer.callbacks+=lightning_bottleneck.BottleneckCallback
+
+    # or a config file
+    python examples/cli_train.py fit --config examples/cli_config.yaml
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lightning.pytorch.cli import LightningCLI
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lightning_bottleneck import BottleneckCallback  # noqa: E402,F401  - makes the short flag resolve
+from scenarios import Regressor, ScenarioData  # noqa: E402
+
+
+def main(args: list[str] | None = None) -> LightningCLI:
+    return LightningCLI(Regressor, ScenarioData, args=args, save_config_callback=None)
+
+
+if __name__ == "__main__":
+    main()
