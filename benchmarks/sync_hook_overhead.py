@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402
+import torch
 
-from lightning_bottleneck.sync_hooks import SyncTracker  # noqa: E402
+from lightning_bottleneck.sync_hooks import SyncTracker
 
 torch.set_num_threads(1)
 SCALAR = torch.tensor(1.5)
@@ -70,7 +70,8 @@ def calibration_ns(number: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
     parser.add_argument("--number", type=int, default=20000, help="calls per timing")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved off/on/paused rounds")
     args = parser.parse_args()
