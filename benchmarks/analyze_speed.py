@@ -90,7 +90,7 @@ base = _mem('VmRSS')
 t = time.perf_counter()
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 temporal = analyzer.get_temporal_breakdown(visualize=False)
-idle = analyzer.get_idle_time_breakdown(rank=analyzer.t.get_ranks()[0], visualize=False)
+idle = analyzer.get_idle_time_breakdown(ranks=analyzer.t.get_ranks(), visualize=False)
 dt = time.perf_counter() - t
 row = temporal.iloc[0]
 print(json.dumps({"seconds": dt, "peak_mb": _mem('VmHWM'), "base_mb": base,

@@ -40,7 +40,7 @@ def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str
     if report.findings:
         lines.append("  evidence:")
         for f in report.findings[:max_findings]:
-            loc = f" [{f.location}]" if f.location else ""
+            loc = f" [{f.location}]" if f.location and f.location not in f.summary else ""
             lines.append(f"    - ({f.severity.value}) {f.summary}{loc}")
         if len(report.findings) > max_findings:
             lines.append(f"    ... {len(report.findings) - max_findings} more in the JSON report")

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
@@ -64,6 +65,9 @@ _PROBE_KEY = "k"  # apply_to_collection's dict loop variable (logger values)
 _READ_METHODS = ("item", "tolist", "__bool__", "__int__", "__float__")  # no arguments
 _TENSOR_METHODS = ("cpu", "numpy", "__format__", "__repr__")
 _LOG_PARAMS = ("prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "enable_graph", "sync_dist")
+
+
+_OWNER: SyncTracker | None = None  # the tracker whose patches are in place
 
 
 class _Depth(threading.local):
@@ -146,9 +150,18 @@ class SyncTracker:
 
     # ------------------------------------------------------------------ lifecycle
     def install(self) -> None:
-        """Patch the sync calls (idempotent). Counting starts at once."""
+        """Patch the sync calls (idempotent). Counting starts at once.
+
+        Only one tracker patches at a time (stacked patches could not be undone in any order); while
+        another is installed this warns and leaves ``installed`` False.
+        """
+        global _OWNER
         if self.installed:
             return
+        if _OWNER is not None:
+            warnings.warn("Another SyncTracker is installed; this one will not track syncs.", stacklevel=2)
+            return
+        _OWNER = self
         self.installed = True
         try:
             self._patch_all()
@@ -159,6 +172,7 @@ class SyncTracker:
 
     def uninstall(self) -> None:
         """Restore the exact originals (idempotent; never raises for a single failed restore)."""
+        global _OWNER
         self._active = False
         while self._patches:
             owner, name, had_own, original = self._patches.pop()
@@ -169,6 +183,8 @@ class SyncTracker:
                     delattr(owner, name)
             except Exception:  # pragma: no cover - restoring must go on for the others
                 continue
+        if _OWNER is self:
+            _OWNER = None
         self.installed = False
 
     def pause(self) -> None:
@@ -453,7 +469,8 @@ class SyncTracker:
         tracker, getframe = self, sys._getframe
 
         def log(module: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
-            tracker._remember_log(name, args, kwargs, getframe(1))
+            if tracker._active:
+                tracker._remember_log(name, args, kwargs, getframe(1))
             return orig(module, name, value, *args, **kwargs)
 
         log.__wrapped__ = orig  # type: ignore[attr-defined]

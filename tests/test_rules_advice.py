@@ -142,3 +142,13 @@ def test_report_round_trips_through_json() -> None:
     again = Report.from_dict(report.to_dict())
     assert again.to_dict() == report.to_dict()
     assert "input-bound" in str(report)
+
+
+def test_compute_is_worth_less_once_mixed_precision_is_on() -> None:
+    shares = _shares(sync=0.25, compute=0.7)
+    fp32 = Evidence(config=RunConfig(accelerator="cuda", precision="32-true"))
+    bf16 = Evidence(config=RunConfig(accelerator="cuda", precision="bf16-mixed"))
+    assert choose_primary(shares, fp32)[0] == Category.COMPUTE  # AMP would save ~35%
+    primary, savings = choose_primary(shares, bf16)
+    assert primary == Category.SYNC  # only compile's ~25% of 70% is left for compute
+    assert savings["compute"] == pytest.approx(0.7 * T.COMPUTE_RECOVERABLE_NO_AMP)

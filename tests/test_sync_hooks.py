@@ -274,6 +274,17 @@ def test_install_uninstall_idempotent_and_context_manager(saved: list[tuple[Any,
     assert_restored(saved)
 
 
+def test_a_second_tracker_does_not_stack_patches(saved: list[tuple[Any, Any]]) -> None:
+    first, second = SyncTracker(), SyncTracker()
+    first.install()
+    with pytest.warns(UserWarning, match="Another SyncTracker"):
+        second.install()
+    assert first.installed and not second.installed
+    first.uninstall()
+    second.uninstall()
+    assert_restored(saved)
+
+
 def test_restored_when_the_body_raises(saved: list[tuple[Any, Any]]) -> None:
     with pytest.raises(ValueError), SyncTracker():
         raise ValueError("x")

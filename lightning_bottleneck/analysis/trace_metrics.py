@@ -81,23 +81,25 @@ LOCAL_SCALAR_DENSE = "aten::_local_scalar_dense"
 COLLECTIVE = re.compile(r"^(gloo:|nccl:|rccl:|mpi:|c10d::|c10d:|record_param_comms)|barrier", re.IGNORECASE)
 #: Collectives whose CPU-side span only enqueues device work (not a host wait) on GPU traces.
 DEVICE_COLLECTIVE_ENQUEUE = re.compile(r"^(nccl:|rccl:)", re.IGNORECASE)
-#: Communication kernels (NCCL on CUDA, RCCL on ROCm).
-COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+#: Communication kernels (NCCL on CUDA, RCCL on ROCm); kernel-name checks below are substring tests on
+#: the lower-cased name (kernel names run to kilobytes of C++ templates: alternation regexes are slow).
+COMM_KERNEL_SIGNATURES = ("nccl", "rccl")
 
 #: Tensor-core kernel signatures: torch-tb-profiler 0.4.3 ``TC_Allowlist`` (from NVIDIA PyProf), plus
-#: the Hopper/Ampere/CUTLASS/flash-attention and ROCm MFMA names that list predates.
-TENSOR_CORE_KERNEL = re.compile(
-    "|".join(
-        [
-            r"h884|s884|h1688|s1688|hmma|i8816|16816|c1688|1688gemm|884gemm",  # tb-profiler / PyProf
-            r"dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv1x1|conv2d_c1_k1|direct_group",  # ditto
-            r"xmma|wgmma|gmma_|tensorop|_tc_|tf32|bf16gemm|hgemm",  # Volta..Hopper cuBLAS/CUTLASS names
-            r"flash_fwd|flash_bwd|fmha|sm90_|sm100_",  # attention kernels and Hopper+ cuBLAS builds
-            r"_MI\d+x\d+x\d+|mfma",  # ROCm Tensile/hipBLASLt matrix-core (MFMA) kernels
-        ]
-    ),
-    re.IGNORECASE,
-)
+#: the Ampere/Hopper/CUTLASS/flash-attention and ROCm MFMA names that list predates.
+TENSOR_CORE_SIGNATURES = (
+    # tb-profiler / PyProf
+    "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "c1688", "dgrad_1x1_stride_2x2",
+    "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma",
+    # Volta..Blackwell cuBLAS / CUTLASS names
+    "wgmma", "gmma_", "tensorop", "_tc_", "tf32", "bf16gemm", "hgemm", "sm90_", "sm100_",
+    # attention kernels (always tensor cores)
+    "flash_fwd", "flash_bwd", "fmha",
+    # ROCm matrix cores
+    "mfma",
+)  # fmt: skip
+#: ROCm Tensile/hipBLASLt kernels name their matrix-core instruction ``_MI32x32x8`` etc.
+ROCM_MATRIX_INSTRUCTION = re.compile(r"_mi\d+x\d+x\d+")
 #: Ops whose kernels could run on tensor cores: torch-tb-profiler's ``TC_OP_Allowlist`` (the autocast
 #: fp16 list) plus SDPA.
 TENSOR_CORE_ELIGIBLE_OPS = frozenset(
@@ -119,10 +121,36 @@ TENSOR_CORE_ELIGIBLE_OPS = frozenset(
     }
 )  # fmt: skip
 #: Kernel names of GEMM / convolution / attention work (eligible whatever op launched them).
-GEMM_LIKE_KERNEL = re.compile(r"gemm|gemv|conv|cudnn|cutlass|attention|fmha|flash|Cijk_", re.IGNORECASE)
-#: fp32 GEMMs that run on the CUDA cores (no tensor-core signature): cuBLAS ``sgemm`` family,
-#: CUTLASS ``simt`` fp32 kernels, templated gemm/gemv kernels instantiated on float.
-FP32_GEMM_KERNEL = re.compile(r"sgemm|simt_s|gemm\w*<float|gemv\w*<[^>]*float|_SB_|gemmSN", re.IGNORECASE)
+GEMM_LIKE_SIGNATURES = ("gemm", "gemv", "conv", "cudnn", "cutlass", "attention", "fmha", "flash", "cijk_")
+#: fp32 GEMMs that run on the CUDA cores (no tensor-core signature): cuBLAS ``sgemm`` family, CUTLASS
+#: ``simt`` fp32 kernels, Tensile single-precision (``_SB_``), ``gemmSN``; plus gemm/gemv kernels
+#: templated on ``float`` (checked by :data:`FP32_TEMPLATE`).
+FP32_GEMM_SIGNATURES = ("sgemm", "simt_s", "_sb_", "gemmsn")
+FP32_TEMPLATE = re.compile(r"gem[mv]\w*<[^>]*\bfloat\b")
+
+
+def is_comm_kernel(name: str) -> bool:
+    low = name.lower()
+    return any(sig in low for sig in COMM_KERNEL_SIGNATURES)
+
+
+def uses_tensor_cores(name: str) -> bool:
+    low = name.lower()
+    if any(sig in low for sig in TENSOR_CORE_SIGNATURES):
+        return True
+    return "_mi" in low and ROCM_MATRIX_INSTRUCTION.search(low) is not None
+
+
+def is_gemm_like(name: str) -> bool:
+    low = name.lower()
+    return any(sig in low for sig in GEMM_LIKE_SIGNATURES)
+
+
+def is_fp32_gemm(name: str) -> bool:
+    low = name.lower()
+    if any(sig in low for sig in FP32_GEMM_SIGNATURES):
+        return True
+    return "float" in low and FP32_TEMPLATE.search(low) is not None
 
 
 @dataclass
@@ -406,7 +434,7 @@ def _device_metrics(
     memcpy = trace.kind == EventKind.MEMCPY
     memset = trace.kind == EventKind.MEMSET
     work = kernel | memcpy | memset
-    comm = kernel & trace.name_mask(lambda n: bool(COMM_KERNEL.search(n)))
+    comm = kernel & trace.name_mask(is_comm_kernel)
     compute = kernel & ~comm
 
     busy = intersect(_merged(trace, work), windows)
@@ -437,10 +465,10 @@ def _device_metrics(
     s.comm_exposed = exposed / total
     s.comm_overlap = 1.0 - exposed / comm_iv.total if comm_iv.total > 0 else None
 
-    tc = k_in & trace.name_mask(lambda n: bool(TENSOR_CORE_KERNEL.search(n)))
-    eligible = tc | (k_in & trace.name_mask(lambda n: bool(GEMM_LIKE_KERNEL.search(n))))
+    tc = k_in & trace.name_mask(uses_tensor_cores)
+    eligible = tc | (k_in & trace.name_mask(is_gemm_like))
     eligible |= k_in & _launched_by(trace, lambda n: n in TENSOR_CORE_ELIGIBLE_OPS)
-    fp32 = k_in & ~tc & trace.name_mask(lambda n: bool(FP32_GEMM_KERNEL.search(n)))
+    fp32 = k_in & ~tc & trace.name_mask(is_fp32_gemm)
     if ktime > 0:
         s.tensor_core_share = float(trace.dur[tc].sum()) / ktime
         s.tensor_core_eligible_share = float(trace.dur[eligible].sum()) / ktime
@@ -524,7 +552,7 @@ def gpu_temporal_breakdown(trace: Trace) -> dict[str, Any]:
     if len(np.unique(trace.name[steps])) > 1:
         with np.errstate(invalid="ignore"):
             dev &= launch_ts < float(trace.ts[steps].max())
-    comm = trace.name_mask(lambda n: bool(COMM_KERNEL.search(n)))
+    comm = trace.name_mask(is_comm_kernel)
     compute = (trace.kind == EventKind.KERNEL) & ~comm
     return _gpu_window(trace, dev, compute)
 

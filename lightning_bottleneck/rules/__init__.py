@@ -68,13 +68,31 @@ def share_findings(breakdown: dict[str, float]) -> list[Finding]:
     return out
 
 
-def choose_primary(breakdown: dict[str, float]) -> tuple[Category, dict[str, float]]:
+def mixed_precision_open(evidence: Evidence) -> bool:
+    """Would switching to bf16/fp16 still speed compute up? (Drives how much of compute is recoverable.)"""
+    cfg = evidence.config
+    if cfg is not None and cfg.precision and "16" in cfg.precision:
+        return False
+    for s in evidence.summaries[:1]:
+        if s.tensor_core_eligible_share is not None and s.tensor_core_share is not None:
+            return s.tensor_core_share < s.tensor_core_eligible_share / 2
+        if s.device in ("cuda", "rocm"):
+            return True
+    if cfg is not None:
+        return cfg.accelerator == "cuda" or bool(cfg.bf16_supported)
+    return True
+
+
+def choose_primary(breakdown: dict[str, float], evidence: Evidence | None = None) -> tuple[Category, dict[str, float]]:
     """The bucket whose fix saves the most, among buckets past their medium threshold."""
+    recoverable = dict(T.RECOVERABLE)
+    if evidence is not None and not mixed_precision_open(evidence):
+        recoverable["compute"] = T.COMPUTE_RECOVERABLE_NO_AMP
     savings: dict[str, float] = {}
     for rule in SHARE_RULES:
         share = breakdown.get(str(rule.share), 0.0)
         if share >= rule.medium:
-            savings[rule.category.value] = share * T.RECOVERABLE[rule.category.value]
+            savings[rule.category.value] = share * recoverable[rule.category.value]
     if not savings:
         return Category.UNKNOWN, savings
     best = max(savings, key=lambda k: savings[k])
@@ -192,7 +210,7 @@ def classify(breakdown: dict[str, float], evidence: Evidence, steps_profiled: in
         primary, savings = Category.MEMORY, {"memory": 1.0}
         confidence = 0.95
     else:
-        primary, savings = choose_primary(breakdown)
+        primary, savings = choose_primary(breakdown, evidence)
         confidence = confidence_of(savings, steps_profiled, from_trace)
     findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
     return Verdict(primary, confidence, breakdown, findings, savings)
