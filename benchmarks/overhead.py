@@ -31,9 +31,9 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from scenarios import Regressor, in_memory  # noqa: E402
+from lightning_bottleneck import BottleneckCallback
 
-from lightning_bottleneck import BottleneckCallback  # noqa: E402
+from scenarios import Regressor, in_memory
 
 warnings.filterwarnings("ignore")
 
@@ -82,7 +82,7 @@ def main() -> None:
     times: dict[str, list[float]] = {v: [] for v in variants}
     make_fit(20, "bare")()  # warm caches/imports once
     for r in range(args.rounds):
-        order = variants[r % len(variants):] + variants[: r % len(variants)]
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
         for v in order:
             times[v].append(make_fit(args.steps, v)())
     base = statistics.median(times["bare"])

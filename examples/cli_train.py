@@ -19,8 +19,9 @@ from pathlib import Path
 from lightning.pytorch.cli import LightningCLI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lightning_bottleneck import BottleneckCallback  # noqa: E402,F401  - makes the short flag resolve
-from scenarios import Regressor, ScenarioData  # noqa: E402
+from lightning_bottleneck import BottleneckCallback  # noqa: F401  - makes the short flag resolve
+
+from scenarios import Regressor, ScenarioData
 
 
 def main(args: list[str] | None = None) -> LightningCLI:

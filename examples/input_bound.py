@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scenarios import main  # noqa: E402
+from scenarios import main
 
 if __name__ == "__main__":
     main(["input", *sys.argv[1:]])

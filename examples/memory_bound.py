@@ -16,9 +16,9 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scenarios import Regressor, in_memory  # noqa: E402
+from lightning_bottleneck import BottleneckCallback
 
-from lightning_bottleneck import BottleneckCallback  # noqa: E402
+from scenarios import Regressor, in_memory
 
 
 class TooBig(Regressor):

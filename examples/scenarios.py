@@ -48,7 +48,9 @@ class SlowDataset(Dataset):
 class Regressor(pl.LightningModule):
     """A small MLP; ``width`` and ``depth`` scale the compute; ``tiny_ops`` adds a Python loop of tiny ops."""
 
-    def __init__(self, dim: int = 32, width: int = 64, depth: int = 2, tiny_ops: int = 0, lr: float = 1e-3) -> None:
+    def __init__(
+        self, dim: int = 32, width: int = 64, depth: int = 2, tiny_ops: int = 0, lr: float = 1e-3
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         d = dim
@@ -91,7 +93,11 @@ def scenario(name: str) -> tuple[pl.LightningModule, DataLoader, DataLoader | No
     if name == "input":
         return Regressor(), DataLoader(SlowDataset(delay_s=0.002), batch_size=16, num_workers=0), None
     if name == "input_numpy":
-        return Regressor(), DataLoader(SlowDataset(delay_s=0.0, numpy_work=96), batch_size=16, num_workers=0), None
+        return (
+            Regressor(),
+            DataLoader(SlowDataset(delay_s=0.0, numpy_work=96), batch_size=16, num_workers=0),
+            None,
+        )
     if name == "overhead":
         return Regressor(tiny_ops=300), DataLoader(in_memory(512, 32), batch_size=8), None
     if name == "compute":
@@ -100,7 +106,9 @@ def scenario(name: str) -> tuple[pl.LightningModule, DataLoader, DataLoader | No
         train = DataLoader(in_memory(4096, 512), batch_size=256)
         val = DataLoader(SlowDataset(n=64, dim=512, delay_s=0.01), batch_size=8)
         return Regressor(dim=512, width=1024, depth=3), train, val
-    raise ValueError(f"unknown scenario {name!r}; choose from input, input_numpy, overhead, compute, slow_val")
+    raise ValueError(
+        f"unknown scenario {name!r}; choose from input, input_numpy, overhead, compute, slow_val"
+    )
 
 
 SCENARIOS = ("input", "input_numpy", "overhead", "compute", "slow_val")
@@ -123,7 +131,9 @@ class ScenarioData(pl.LightningDataModule):
 def main(argv: list[str] | None = None) -> None:
     from lightning_bottleneck import BottleneckCallback
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("scenario", choices=SCENARIOS, nargs="?", default="input")
     parser.add_argument("--max-steps", type=int, default=25)
     parser.add_argument("--root", default="runs/demo")

@@ -45,7 +45,7 @@ def _guarded(fn: F) -> F:
             return None
         try:
             return fn(self, *args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - never break a training run
+        except Exception as err:
             self._disable(f"{fn.__name__}: {type(err).__name__}: {err}")
             return None
 
@@ -224,7 +224,7 @@ class BottleneckCallback(Callback):
                 self._notes.append(f"fit ended by {type(exception).__name__}: {str(exception)[:200]}")
             if not self._finalized and not self._disabled:
                 self._finalize(trainer, pl_module, gather=False)
-        except Exception as err:  # noqa: BLE001 - the user's exception must propagate unchanged
+        except Exception as err:
             rank_zero_warn(f"BottleneckCallback could not write its report after the error: {err}")
         finally:
             self._release(export=False)
@@ -235,7 +235,7 @@ class BottleneckCallback(Callback):
             label = self._labels.pop()
             try:
                 label.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         prof, self._prof = self._prof, None
         if prof is not None:
@@ -243,7 +243,7 @@ class BottleneckCallback(Callback):
                 if not export:
                     prof.on_trace_ready = None
                 prof.stop()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
@@ -252,7 +252,7 @@ class BottleneckCallback(Callback):
         if writer is not None:
             try:
                 writer.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
     # ------------------------------------------------------------------ training hooks

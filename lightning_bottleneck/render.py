@@ -82,7 +82,9 @@ def render_markdown(report: Report) -> str:
         out += ["### Advice", ""]
         for i, r in enumerate(report.recommendations, 1):
             settings = ", ".join(f"`{k}={v!r}`" for k, v in r.settings.items())
-            out.append(f"{i}. **{r.title}**: {_md_escape(r.detail)}" + (f" Settings: {settings}" if settings else ""))
+            out.append(
+                f"{i}. **{r.title}**: {_md_escape(r.detail)}" + (f" Settings: {settings}" if settings else "")
+            )
             if r.snippet:
                 out += ["", "    " + r.snippet.replace("\n", "\n    "), ""]
         out.append("")

@@ -61,7 +61,9 @@ class Finding:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
-        return cls(d["kind"], Severity(d["severity"]), d["summary"], dict(d.get("evidence") or {}), d.get("location"))
+        return cls(
+            d["kind"], Severity(d["severity"]), d["summary"], dict(d.get("evidence") or {}), d.get("location")
+        )
 
 
 @dataclass

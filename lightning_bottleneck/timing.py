@@ -106,7 +106,7 @@ class StepTimer:
 
     def stats(self, samples_per_step: float | None = None) -> TimingStats:
         steps = self.step_ms.values()
-        waits = self.wait_ms.values()[-len(steps):] if steps else []
+        waits = self.wait_ms.values()[-len(steps) :] if steps else []
         return TimingStats(
             steps=self.steps,
             step_ms=steps,

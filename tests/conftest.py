@@ -55,9 +55,10 @@ def fit_scenario(
         sys.path.insert(0, str(EXAMPLES))
     import lightning.pytorch as pl
     import torch
-    from scenarios import scenario
 
     from lightning_bottleneck import BottleneckCallback
+
+    from scenarios import scenario
 
     torch.manual_seed(0)
     model, train, val = scenario(name)

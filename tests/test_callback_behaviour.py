@@ -11,8 +11,9 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from conftest import fit_scenario
 from lightning_bottleneck import BottleneckCallback, Category
+
+from conftest import fit_scenario
 
 
 @pytest.mark.parametrize(
@@ -43,7 +44,7 @@ def test_conflicting_pytorch_profiler_fails_at_setup(tmp_path: Path) -> None:
 
 def test_tensorboard_logger_gets_traces_scalars_text_and_report(tmp_path: Path) -> None:
     logger = TensorBoardLogger(str(tmp_path), name="tb")
-    trainer, cb = fit_scenario("input", tmp_path, logger=logger, log_every_n_steps=2)
+    _, cb = fit_scenario("input", tmp_path, logger=logger, log_every_n_steps=2)
     log_dir = Path(logger.log_dir)
     assert (log_dir / "bottleneck_report.json").is_file()
     traces = sorted((log_dir / "bottleneck").glob("*.pt.trace.json.gz"))
@@ -85,7 +86,7 @@ def test_traces_load_in_torch_tb_profiler_with_dataloader_time(tmp_path: Path) -
 
 
 def test_logger_false_writes_to_default_root_dir(tmp_path: Path) -> None:
-    _, cb = fit_scenario("compute", tmp_path, logger=False)
+    fit_scenario("compute", tmp_path, logger=False)
     assert (tmp_path / "bottleneck_report.json").is_file()
     assert list((tmp_path / "bottleneck").glob("*.pt.trace.json.gz"))
     # the verdict is still shown next to the traces in TensorBoard
@@ -104,7 +105,9 @@ def test_csv_and_several_loggers(tmp_path: Path) -> None:
 
 
 def test_max_steps_shorter_than_schedule_reports_what_it_has(tmp_path: Path) -> None:
-    _, cb = fit_scenario("input", tmp_path, max_steps=6, callback_kwargs={"wait": 5, "warmup": 5, "active": 5})
+    _, cb = fit_scenario(
+        "input", tmp_path, max_steps=6, callback_kwargs={"wait": 5, "warmup": 5, "active": 5}
+    )
     report = cb.report
     assert report is not None
     assert report.steps_profiled == 0 and report.steps_observed == 6
@@ -143,8 +146,14 @@ def test_manual_optimization(tmp_path: Path) -> None:
 
     cb = BottleneckCallback(wait=1, warmup=1, active=3, verbose=False)
     trainer = pl.Trainer(
-        accelerator="cpu", max_steps=8, logger=False, default_root_dir=str(tmp_path), callbacks=[cb],
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        accelerator="cpu",
+        max_steps=8,
+        logger=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[cb],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
     )
     trainer.fit(ManualModel(), torch.utils.data.DataLoader(in_memory(2048, 512), batch_size=256))
     assert cb.report is not None and cb.report.primary == Category.COMPUTE
@@ -178,8 +187,14 @@ def test_exception_in_training_step_stops_profiler_and_writes_report(tmp_path: P
 
     cb = BottleneckCallback(wait=1, warmup=1, active=5, verbose=False)
     trainer = pl.Trainer(
-        accelerator="cpu", max_steps=8, logger=False, default_root_dir=str(tmp_path), callbacks=[cb],
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        accelerator="cpu",
+        max_steps=8,
+        logger=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[cb],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
     )
     with pytest.raises(ValueError, match="user bug"):
         trainer.fit(Failing(), torch.utils.data.DataLoader(scenarios.in_memory(256, 32), batch_size=8))

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from _trace_builders import gpu_training_events, write_trace
 
 from lightning_bottleneck.cli import main
+
+from _trace_builders import gpu_training_events, write_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 REPO = Path(__file__).resolve().parents[1]

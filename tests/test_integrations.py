@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES
 from lightning_bottleneck.autoload import ENV_VAR, callbacks_from_env, parse_options
+
+from conftest import EXAMPLES
 
 pytest.importorskip("jsonargparse")
 
@@ -27,14 +28,21 @@ CLI_ARGS = [
 @pytest.mark.parametrize("flag", ["BottleneckCallback", "lightning_bottleneck.BottleneckCallback"])
 def test_lightning_cli_callback_flag(tmp_path: Path, flag: str) -> None:
     sys.path.insert(0, str(EXAMPLES))
-    from cli_train import main
-
     from lightning_bottleneck import BottleneckCallback
 
+    from cli_train import main
+
     cli = main(
-        ["fit", *CLI_ARGS, f"--trainer.default_root_dir={tmp_path}", f"--trainer.callbacks+={flag}",
-         "--trainer.callbacks.wait=1", "--trainer.callbacks.warmup=1", "--trainer.callbacks.active=3",
-         "--trainer.callbacks.verbose=false"]
+        [
+            "fit",
+            *CLI_ARGS,
+            f"--trainer.default_root_dir={tmp_path}",
+            f"--trainer.callbacks+={flag}",
+            "--trainer.callbacks.wait=1",
+            "--trainer.callbacks.warmup=1",
+            "--trainer.callbacks.active=3",
+            "--trainer.callbacks.verbose=false",
+        ]
     )
     (cb,) = [c for c in cli.trainer.callbacks if isinstance(c, BottleneckCallback)]
     assert (cb.wait, cb.warmup, cb.active) == (1, 1, 3)
@@ -47,9 +55,19 @@ def test_lightning_cli_config_file(tmp_path: Path) -> None:
     from cli_train import main
 
     report = tmp_path / "r.json"
-    cli = main(["fit", "--config", str(EXAMPLES / "cli_config.yaml"), *CLI_ARGS,
-                f"--trainer.default_root_dir={tmp_path}", f"--trainer.callbacks.report_path={report}",
-                "--trainer.callbacks.wait=1", "--trainer.callbacks.warmup=1", "--trainer.callbacks.active=3"])
+    cli = main(
+        [
+            "fit",
+            "--config",
+            str(EXAMPLES / "cli_config.yaml"),
+            *CLI_ARGS,
+            f"--trainer.default_root_dir={tmp_path}",
+            f"--trainer.callbacks.report_path={report}",
+            "--trainer.callbacks.wait=1",
+            "--trainer.callbacks.warmup=1",
+            "--trainer.callbacks.active=3",
+        ]
+    )
     assert cli.trainer.global_step == 8
     assert json.loads(report.read_text())["primary"] == "input"
 
@@ -57,7 +75,11 @@ def test_lightning_cli_config_file(tmp_path: Path) -> None:
 def test_env_var_options_are_parsed() -> None:
     assert parse_options("1") == {}
     assert parse_options("wait=1, active=3,with_stack=true,report_path=r.json,log_every_n_steps=none") == {
-        "wait": 1, "active": 3, "with_stack": True, "report_path": "r.json", "log_every_n_steps": None
+        "wait": 1,
+        "active": 3,
+        "with_stack": True,
+        "report_path": "r.json",
+        "log_every_n_steps": None,
     }
     with pytest.raises(ValueError, match=ENV_VAR):
         parse_options("wait")

@@ -42,8 +42,16 @@ def test_input_thresholds_follow_their_sources() -> None:
 
 
 def test_gpu_breakdown_attributes_idle_to_host_reasons() -> None:
-    s = TraceSummary(device="cuda", num_steps=5, data_wait=0.5, device_busy=0.4, device_compute=0.4,
-                     device_idle=0.6, sync_api=0.3, comm_exposed=0.0)
+    s = TraceSummary(
+        device="cuda",
+        num_steps=5,
+        data_wait=0.5,
+        device_busy=0.4,
+        device_compute=0.4,
+        device_idle=0.6,
+        sync_api=0.3,
+        comm_exposed=0.0,
+    )
     b = breakdown_from_summary(s)
     assert b["data_wait"] == pytest.approx(0.5)
     assert b["sync"] == pytest.approx(0.1)  # only the idle time left after the data wait
@@ -60,7 +68,9 @@ def test_cpu_breakdown_long_ops_are_compute_rest_is_overhead() -> None:
     assert b["data_wait"] == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize(("cpus", "per_node", "expected"), [(1, 1, 1), (2, 1, 1), (16, 1, 8), (16, 4, 3), (64, 8, 7)])
+@pytest.mark.parametrize(
+    ("cpus", "per_node", "expected"), [(1, 1, 1), (2, 1, 1), (16, 1, 8), (16, 4, 3), (64, 8, 7)]
+)
 def test_worker_count_follows_usable_cpus_per_process(cpus: int, per_node: int, expected: int) -> None:
     assert suggested_workers(RunConfig(usable_cpus=cpus, devices_per_node=per_node)) == expected
 
@@ -70,8 +80,15 @@ def _input_evidence(cfg: RunConfig) -> Evidence:
 
 
 def test_input_advice_never_repeats_what_is_set() -> None:
-    cfg = RunConfig(num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4, batch_size=32,
-                    accelerator="cuda", usable_cpus=8)
+    cfg = RunConfig(
+        num_workers=8,
+        pin_memory=True,
+        persistent_workers=True,
+        prefetch_factor=4,
+        batch_size=32,
+        accelerator="cuda",
+        usable_cpus=8,
+    )
     report = diagnose(_input_evidence(cfg))
     assert report.primary == Category.INPUT
     for rec in report.recommendations:
@@ -81,17 +98,32 @@ def test_input_advice_never_repeats_what_is_set() -> None:
 
 
 def test_input_advice_on_gpu_adds_pinning_and_persistence() -> None:
-    cfg = RunConfig(num_workers=0, pin_memory=False, persistent_workers=False, batch_size=32, accelerator="cuda",
-                    usable_cpus=12)
+    cfg = RunConfig(
+        num_workers=0,
+        pin_memory=False,
+        persistent_workers=False,
+        batch_size=32,
+        accelerator="cuda",
+        usable_cpus=12,
+    )
     rec = diagnose(_input_evidence(cfg)).recommendations[0]
     assert rec.settings == {"num_workers": 8, "persistent_workers": True, "pin_memory": True}
-    assert rec.snippet == "DataLoader(dataset, batch_size=32, num_workers=8, persistent_workers=True, pin_memory=True)"
+    assert (
+        rec.snippet
+        == "DataLoader(dataset, batch_size=32, num_workers=8, persistent_workers=True, pin_memory=True)"
+    )
 
 
 def test_epoch_start_stall_with_workers_recommends_persistent_workers() -> None:
-    cfg = RunConfig(num_workers=4, persistent_workers=False, prefetch_factor=4, usable_cpus=4, accelerator="cpu")
-    timing = TimingStats(steps=40, step_ms=[10.0] * 30, data_wait_ms=[1.0] * 30, epoch_start_wait_ms=[400.0, 380.0])
-    ev = Evidence(summaries=[TraceSummary(num_steps=5, data_wait=0.3, host_op_long=0.6)], config=cfg, timing=timing)
+    cfg = RunConfig(
+        num_workers=4, persistent_workers=False, prefetch_factor=4, usable_cpus=4, accelerator="cpu"
+    )
+    timing = TimingStats(
+        steps=40, step_ms=[10.0] * 30, data_wait_ms=[1.0] * 30, epoch_start_wait_ms=[400.0, 380.0]
+    )
+    ev = Evidence(
+        summaries=[TraceSummary(num_steps=5, data_wait=0.3, host_op_long=0.6)], config=cfg, timing=timing
+    )
     report = diagnose(ev)
     assert any(f.kind == "epoch_start_stall" for f in report.findings)
     assert {"persistent_workers": True} in [r.settings for r in report.recommendations]
@@ -114,11 +146,22 @@ def test_precision_advice_fits_the_device(cfg: RunConfig, expected: str | None) 
 
 
 def test_tf32_only_on_ampere_at_highest_precision() -> None:
-    on = RunConfig(accelerator="cuda", precision="bf16-mixed", tf32_capable=True, float32_matmul_precision="highest")
-    off = RunConfig(accelerator="cuda", precision="32-true", tf32_capable=True, float32_matmul_precision="high")
-    old = RunConfig(accelerator="cuda", precision="32-true", tf32_capable=False, float32_matmul_precision="highest")
+    on = RunConfig(
+        accelerator="cuda", precision="bf16-mixed", tf32_capable=True, float32_matmul_precision="highest"
+    )
+    off = RunConfig(
+        accelerator="cuda", precision="32-true", tf32_capable=True, float32_matmul_precision="high"
+    )
+    old = RunConfig(
+        accelerator="cuda", precision="32-true", tf32_capable=False, float32_matmul_precision="highest"
+    )
+
     def tf32(cfg: RunConfig) -> bool:
-        return any("float32_matmul_precision" in r.settings for r in advise(Category.COMPUTE, [], Evidence(config=cfg)))
+        return any(
+            "float32_matmul_precision" in r.settings
+            for r in advise(Category.COMPUTE, [], Evidence(config=cfg))
+        )
+
     assert tf32(on) and not tf32(off) and not tf32(old)
 
 

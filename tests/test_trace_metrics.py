@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from _trace_builders import NEW, OLD, gpu_training_events, write_trace
 
 from lightning_bottleneck.analysis import trace_metrics as tm
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.trace.reader import load_trace
+
+from _trace_builders import NEW, OLD, gpu_training_events, write_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 PP = 0.02  # agreement bound with the other tools: 2 percentage points

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _trace_builders import NEW, OLD, gpu_training_events, write_trace
 
 from lightning_bottleneck.trace import reader
 from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.model import EventKind
 from lightning_bottleneck.trace.reader import find_trace_files, load_trace
+
+from _trace_builders import NEW, OLD, gpu_training_events, write_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fit_scenario
 from lightning_bottleneck import Category
+
+from conftest import fit_scenario
 
 
 def _report_json(root: Path) -> dict:

@@ -54,7 +54,11 @@ def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation
                 detail=(
                     f"The train DataLoader uses num_workers={workers}, so every batch is loaded on the training "
                     f"process while the model waits. This process may use {cfg.usable_cpus} CPU(s)"
-                    + (f" shared by {cfg.devices_per_node} processes per node" if cfg.devices_per_node > 1 else "")
+                    + (
+                        f" shared by {cfg.devices_per_node} processes per node"
+                        if cfg.devices_per_node > 1
+                        else ""
+                    )
                     + f"; {target} worker(s) leave one for training."
                 ),
                 settings=settings,
@@ -91,7 +95,9 @@ def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation
                     title=f"Prefetch {SUGGESTED_PREFETCH_FACTOR} batches per worker",
                     detail=f"prefetch_factor={pf} leaves little slack when some batches are slower than others.",
                     settings={"prefetch_factor": SUGGESTED_PREFETCH_FACTOR},
-                    snippet=_loader({"num_workers": workers, "prefetch_factor": SUGGESTED_PREFETCH_FACTOR}, cfg),
+                    snippet=_loader(
+                        {"num_workers": workers, "prefetch_factor": SUGGESTED_PREFETCH_FACTOR}, cfg
+                    ),
                 )
             )
     recs.append(
@@ -165,8 +171,10 @@ def compute_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendati
     target = _precision_target(cfg)
     if target is not None:
         why = (
-            "the GPU supports bf16 (no loss scaling needed)" if target == "bf16-mixed" and cfg.accelerator == "cuda"
-            else "the GPU lacks bf16, so fp16 with loss scaling" if target == "16-mixed"
+            "the GPU supports bf16 (no loss scaling needed)"
+            if target == "bf16-mixed" and cfg.accelerator == "cuda"
+            else "the GPU lacks bf16, so fp16 with loss scaling"
+            if target == "16-mixed"
             else "this CPU has native bf16 instructions (AVX512-BF16/AMX)"
         )
         recs.append(
@@ -178,7 +186,11 @@ def compute_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendati
                 snippet=f'Trainer(precision="{target}")',
             )
         )
-    if cfg.accelerator == "cuda" and cfg.tf32_capable and (cfg.float32_matmul_precision or "highest") == "highest":
+    if (
+        cfg.accelerator == "cuda"
+        and cfg.tf32_capable
+        and (cfg.float32_matmul_precision or "highest") == "highest"
+    ):
         recs.append(
             Recommendation(
                 kind="compute",
@@ -194,7 +206,10 @@ def compute_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendati
                 kind="compute",
                 title="Compile the model to fuse kernels",
                 detail="torch.compile fuses elementwise ops into the matmuls' neighbours and picks faster kernels.",
-                settings={"compile": True, "compile_mode": "max-autotune" if cfg.accelerator == "cuda" else "default"},
+                settings={
+                    "compile": True,
+                    "compile_mode": "max-autotune" if cfg.accelerator == "cuda" else "default",
+                },
                 snippet="model = torch.compile(model)",
             )
         )
@@ -314,8 +329,10 @@ def _drop_already_set(recs: list[Recommendation], cfg: RunConfig) -> list[Recomm
     }
     out = []
     for r in recs:
-        if r.settings and all(current.get(k) == v for k, v in r.settings.items() if k in current) and all(
-            k in current for k in r.settings
+        if (
+            r.settings
+            and all(current.get(k) == v for k, v in r.settings.items() if k in current)
+            and all(k in current for k in r.settings)
         ):
             continue
         out.append(r)

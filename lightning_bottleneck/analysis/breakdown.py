@@ -29,7 +29,9 @@ def breakdown_from_summary(summary: TraceSummary, extra_sync_share: float = 0.0)
         data_wait = min(data_wait, idle)
         sync = min(sync, idle - data_wait)
         comm = _clamp(summary.comm_exposed or 0.0)
-        compute = _clamp(summary.device_compute if summary.device_compute is not None else summary.device_busy)
+        compute = _clamp(
+            summary.device_compute if summary.device_compute is not None else summary.device_busy
+        )
         compute = min(compute, 1.0 - comm)
         overhead = max(0.0, idle - data_wait - sync)
         shares = {

@@ -28,16 +28,41 @@ class ShareRule:
 
 
 SHARE_RULES: tuple[ShareRule, ...] = (
-    ShareRule(Category.INPUT, Share.DATA_WAIT, T.INPUT_SHARE_MEDIUM, T.INPUT_SHARE_HIGH,
-              "spent waiting for the DataLoader"),
-    ShareRule(Category.SYNC, Share.SYNC, T.SYNC_SHARE_MEDIUM, T.SYNC_SHARE_HIGH,
-              "spent with the host blocked on the device (synchronisations)"),
-    ShareRule(Category.COMMUNICATION, Share.COMMUNICATION, T.COMM_SHARE_MEDIUM, T.COMM_SHARE_HIGH,
-              "spent waiting on collectives (communication not hidden behind compute)"),
-    ShareRule(Category.OVERHEAD, Share.OVERHEAD, T.OVERHEAD_SHARE_MEDIUM, T.OVERHEAD_SHARE_HIGH,
-              "lost to per-op overhead (Python, dispatch, kernel launches, tiny ops)"),
-    ShareRule(Category.COMPUTE, Share.COMPUTE, T.COMPUTE_SHARE_MEDIUM, T.COMPUTE_SHARE_HIGH,
-              "spent in real compute (the device is busy)"),
+    ShareRule(
+        Category.INPUT,
+        Share.DATA_WAIT,
+        T.INPUT_SHARE_MEDIUM,
+        T.INPUT_SHARE_HIGH,
+        "spent waiting for the DataLoader",
+    ),
+    ShareRule(
+        Category.SYNC,
+        Share.SYNC,
+        T.SYNC_SHARE_MEDIUM,
+        T.SYNC_SHARE_HIGH,
+        "spent with the host blocked on the device (synchronisations)",
+    ),
+    ShareRule(
+        Category.COMMUNICATION,
+        Share.COMMUNICATION,
+        T.COMM_SHARE_MEDIUM,
+        T.COMM_SHARE_HIGH,
+        "spent waiting on collectives (communication not hidden behind compute)",
+    ),
+    ShareRule(
+        Category.OVERHEAD,
+        Share.OVERHEAD,
+        T.OVERHEAD_SHARE_MEDIUM,
+        T.OVERHEAD_SHARE_HIGH,
+        "lost to per-op overhead (Python, dispatch, kernel launches, tiny ops)",
+    ),
+    ShareRule(
+        Category.COMPUTE,
+        Share.COMPUTE,
+        T.COMPUTE_SHARE_MEDIUM,
+        T.COMPUTE_SHARE_HIGH,
+        "spent in real compute (the device is busy)",
+    ),
 )
 
 
@@ -62,7 +87,11 @@ def share_findings(breakdown: dict[str, float]) -> list[Finding]:
                 kind=rule.category.value,
                 severity=sev,
                 summary=f"{share:.0%} of step time is {rule.what}.",
-                evidence={"share": round(share, 4), "threshold_medium": rule.medium, "threshold_high": rule.high},
+                evidence={
+                    "share": round(share, 4),
+                    "threshold_medium": rule.medium,
+                    "threshold_high": rule.high,
+                },
             )
         )
     return out
@@ -83,7 +112,9 @@ def mixed_precision_open(evidence: Evidence) -> bool:
     return True
 
 
-def choose_primary(breakdown: dict[str, float], evidence: Evidence | None = None) -> tuple[Category, dict[str, float]]:
+def choose_primary(
+    breakdown: dict[str, float], evidence: Evidence | None = None
+) -> tuple[Category, dict[str, float]]:
     """The bucket whose fix saves the most, among buckets past their medium threshold."""
     recoverable = dict(T.RECOVERABLE)
     if evidence is not None and not mixed_precision_open(evidence):
@@ -115,7 +146,12 @@ def summary_findings(summary: TraceSummary) -> list[Finding]:
     out: list[Finding] = []
     eligible = summary.tensor_core_eligible_share
     used = summary.tensor_core_share
-    if eligible is not None and used is not None and eligible >= T.TENSOR_CORE_ELIGIBLE_MIN and used < eligible / 2:
+    if (
+        eligible is not None
+        and used is not None
+        and eligible >= T.TENSOR_CORE_ELIGIBLE_MIN
+        and used < eligible / 2
+    ):
         out.append(
             Finding(
                 kind="compute",
@@ -124,24 +160,29 @@ def summary_findings(summary: TraceSummary) -> list[Finding]:
                     f"{eligible:.0%} of kernel time is in tensor-core-eligible ops (matmul/conv/attention) "
                     f"but only {used:.0%} runs on tensor cores."
                 ),
-                evidence={"tensor_core_eligible_share": eligible, "tensor_core_share": used,
-                          "fp32_gemm_share": summary.fp32_gemm_share},
+                evidence={
+                    "tensor_core_eligible_share": eligible,
+                    "tensor_core_share": used,
+                    "fp32_gemm_share": summary.fp32_gemm_share,
+                },
             )
         )
-    if summary.short_kernel_share is not None and summary.kernels_per_step:
-        if summary.short_kernel_share >= 0.5:
-            out.append(
-                Finding(
-                    kind="overhead",
-                    severity=Severity.MEDIUM,
-                    summary=(
-                        f"{summary.kernels_per_step:.0f} kernels per step; {summary.short_kernel_share:.0%} of "
-                        "kernel time is in very short kernels (launch-bound signature)."
-                    ),
-                    evidence={"kernels_per_step": summary.kernels_per_step,
-                              "short_kernel_share": summary.short_kernel_share},
-                )
+    short = summary.short_kernel_share
+    if short is not None and summary.kernels_per_step and short >= T.SHORT_KERNEL_SHARE_MEDIUM:
+        out.append(
+            Finding(
+                kind="overhead",
+                severity=Severity.MEDIUM,
+                summary=(
+                    f"{summary.kernels_per_step:.0f} kernels per step; {summary.short_kernel_share:.0%} of "
+                    "kernel time is in very short kernels (launch-bound signature)."
+                ),
+                evidence={
+                    "kernels_per_step": summary.kernels_per_step,
+                    "short_kernel_share": summary.short_kernel_share,
+                },
             )
+        )
     return out
 
 
@@ -166,11 +207,23 @@ def memory_findings(evidence: Evidence) -> list[Finding]:
             "num_alloc_retries": mem.num_alloc_retries,
         }
         if share is not None and share >= T.MEMORY_PEAK_SHARE_HIGH:
-            out.append(Finding("memory", Severity.HIGH,
-                               f"Peak reserved memory is {share:.0%} of the device's capacity.", ev))
+            out.append(
+                Finding(
+                    "memory",
+                    Severity.HIGH,
+                    f"Peak reserved memory is {share:.0%} of the device's capacity.",
+                    ev,
+                )
+            )
         elif mem.num_alloc_retries >= T.MEMORY_ALLOC_RETRIES_MEDIUM:
-            out.append(Finding("memory", Severity.MEDIUM,
-                               f"The caching allocator had to free and retry {mem.num_alloc_retries} time(s).", ev))
+            out.append(
+                Finding(
+                    "memory",
+                    Severity.MEDIUM,
+                    f"The caching allocator had to free and retry {mem.num_alloc_retries} time(s).",
+                    ev,
+                )
+            )
     return out
 
 
@@ -181,7 +234,11 @@ def input_timing_findings(evidence: Evidence) -> list[Finding]:
         return []
     steady = sorted(timing.data_wait_ms)
     median_wait = steady[len(steady) // 2] if steady else 0.0
-    stalls = [w for w in timing.epoch_start_wait_ms if w >= T.EPOCH_STALL_MIN_MS and w >= T.EPOCH_STALL_RATIO * median_wait]
+    stalls = [
+        w
+        for w in timing.epoch_start_wait_ms
+        if w >= T.EPOCH_STALL_MIN_MS and w >= T.EPOCH_STALL_RATIO * median_wait
+    ]
     if not stalls:
         return []
     mean = sum(stalls) / len(stalls)
@@ -193,13 +250,17 @@ def input_timing_findings(evidence: Evidence) -> list[Finding]:
                 f"Each epoch starts with a {mean:.0f} ms wait for the first batch (DataLoader worker "
                 f"start-up), {len(stalls)} time(s); steady-state waits are {median_wait:.1f} ms."
             ),
-            evidence={"epoch_start_wait_ms": [round(w, 2) for w in timing.epoch_start_wait_ms],
-                      "median_steady_wait_ms": round(median_wait, 3)},
+            evidence={
+                "epoch_start_wait_ms": [round(w, 2) for w in timing.epoch_start_wait_ms],
+                "median_steady_wait_ms": round(median_wait, 3),
+            },
         )
     ]
 
 
-def classify(breakdown: dict[str, float], evidence: Evidence, steps_profiled: int, from_trace: bool) -> Verdict:
+def classify(
+    breakdown: dict[str, float], evidence: Evidence, steps_profiled: int, from_trace: bool
+) -> Verdict:
     """The verdict for one rank: findings from every rule, and the primary bucket."""
     findings = share_findings(breakdown)
     for summary in evidence.summaries[:1]:

@@ -38,6 +38,11 @@ COMM_SHARE_HIGH = 0.30  # 3x the tb-profiler trigger: the wait then rivals the w
 OVERHEAD_SHARE_MEDIUM = 0.30
 OVERHEAD_SHARE_HIGH = 0.50
 
+# Half of all kernel time in kernels shorter than the trace core's SHORT_KERNEL_US: a CUDA launch costs
+# a few microseconds of host time (NVIDIA, "Getting Started with CUDA Graphs"), as much as such kernels
+# run, so the GPU can only be kept busy if the host never falls behind: the launch-bound signature.
+SHORT_KERNEL_SHARE_MEDIUM = 0.5
+
 # --- compute ---------------------------------------------------------------------------------------
 # A busy device is the healthy state; compute becomes the verdict when nothing else is worth fixing.
 # torch-tb-profiler's AMP rule fires when tensor-core-eligible ops launch kernels but none run on
