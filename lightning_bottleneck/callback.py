@@ -187,7 +187,7 @@ class BottleneckCallback(Callback):
             return
         from lightning.pytorch.profilers import PyTorchProfiler
 
-        if isinstance(trainer.profiler, PyTorchProfiler):
+        if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             raise MisconfigurationException(
                 "BottleneckCallback drives torch.profiler itself, but Trainer(profiler=...) already uses "
                 "PyTorchProfiler and torch.profiler cannot run twice. Remove `profiler=` from the Trainer "
@@ -264,7 +264,7 @@ class BottleneckCallback(Callback):
 
         self._config = run_config(trainer, pl_module)
         self._env = environment(trainer, self._config)
-        every = trainer.log_every_n_steps if self.log_every_n_steps is None else self.log_every_n_steps
+        every = getattr(trainer, "log_every_n_steps", 50) if self.log_every_n_steps is None else self.log_every_n_steps
         self._scalar_every = every if trainer.loggers else 0
         if self.track_syncs:
             from lightning_bottleneck.sync_hooks import SyncTracker

@@ -7,16 +7,24 @@ memory, configuration).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_bottleneck.advice import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.categories import Category
+from lightning_bottleneck.categories import Category, Severity, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.report import RankSummary, Report, StepTime
+from lightning_bottleneck.report import Finding, RankSummary, Report, StepTime
 from lightning_bottleneck.rules import classify, thresholds
+from lightning_bottleneck.rules.stragglers import (
+    STRAGGLER_EXCESS_SHARE_MIN,
+    STRAGGLER_RELATIVE_PERF_THRESHOLD,
+    RankWork,
+    Straggler,
+    find_stragglers,
+)
 from lightning_bottleneck.rules.sync_sites import sync_share, sync_site_findings
 
 
@@ -38,7 +46,9 @@ def diagnose(evidence: Evidence) -> Report:
     timing = evidence.timing
     notes = list(evidence.notes)
 
-    step_samples = list(timing.step_ms) if timing and timing.step_ms else (summary.step_times_ms if summary else [])
+    step_samples = (
+        list(timing.step_ms) if timing and timing.step_ms else (summary.step_times_ms if summary else [])
+    )
     step_time = StepTime.from_samples(step_samples)
     median_ms = step_time.median if step_time else None
     steps_profiled = summary.num_steps if summary else 0
@@ -49,7 +59,9 @@ def diagnose(evidence: Evidence) -> Report:
     else:
         steps_observed = steps_profiled
 
-    device = (summary.device if summary else None) or (evidence.config.accelerator if evidence.config else "cpu")
+    device = (summary.device if summary else None) or (
+        evidence.config.accelerator if evidence.config else "cpu"
+    )
     live_sync = sync_share(evidence.sync_sites, median_ms, steps_observed) if evidence.sync_sites else 0.0
 
     from_trace = summary is not None and summary.num_steps >= thresholds.PROFILED_STEPS_MIN
@@ -74,6 +86,15 @@ def diagnose(evidence: Evidence) -> Report:
 
     findings = verdict.findings + sync_site_findings(evidence.sync_sites, median_ms, device)
     findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
+    comm = (
+        summary.extra.get("communication")
+        if summary is not None and isinstance(summary.extra, dict)
+        else None
+    )
+    if comm:
+        findings = _with_comm_evidence(
+            findings, comm, summary.rank if summary and summary.rank is not None else 0
+        )
     recommendations = advise(primary, findings, evidence)
     if evidence.sync_sites:
         site_recs = sync_site_recommendations(evidence.sync_sites)
@@ -82,38 +103,31 @@ def diagnose(evidence: Evidence) -> Report:
         insert_at = 0 if primary == Category.SYNC else len(recommendations)
         recommendations[insert_at:insert_at] = site_recs or generic
 
-    ranks = []
-    for s in evidence.summaries:
-        if s is summary:
-            rb, rp = breakdown, primary
-        else:
-            rb, rp = rank_breakdown(s)
-        ranks.append(
-            RankSummary(
-                rank=s.rank if s.rank is not None else 0,
-                primary=rp,
-                breakdown=rb,
-                step_time_ms=StepTime.from_samples(s.step_times_ms),
-            )
-        )
+    ranks = _rank_entries(evidence.summaries, summary, breakdown, primary)
+    confidence = verdict.confidence if primary != Category.UNKNOWN else min(verdict.confidence, 0.2)
+    job = _job_verdict(ranks, summary, evidence, findings, recommendations, primary, breakdown, confidence)
     if summary is not None and summary.step_source != "ProfilerStep":
         notes.append(f"Steps: {summary.step_source}")
+    notes += job.notes
 
+    metrics = _metrics(evidence, summary, verdict.savings)
+    if job.distributed:
+        metrics["distributed"] = job.distributed
     return Report(
-        primary=primary,
-        confidence=verdict.confidence if primary != Category.UNKNOWN else min(verdict.confidence, 0.2),
+        primary=job.primary,
+        confidence=job.confidence,
         steps_observed=steps_observed,
         steps_profiled=steps_profiled,
         step_time_ms=step_time,
-        breakdown=breakdown,
-        findings=findings,
-        recommendations=recommendations,
+        breakdown=job.breakdown,
+        findings=job.findings,
+        recommendations=job.recommendations,
         ranks=ranks,
-        stragglers=[],
+        stragglers=[st.rank for st in job.stragglers],
         environment=dict(evidence.environment),
         trace_files=list(evidence.trace_files),
         notes=notes,
-        metrics=_metrics(evidence, summary, verdict.savings),
+        metrics=metrics,
     )
 
 
@@ -133,4 +147,169 @@ def _metrics(evidence: Evidence, summary: TraceSummary | None, savings: dict[str
         }
     if evidence.sync_sites:
         out["sync_sites"] = [s.to_dict() for s in evidence.sync_sites]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- many ranks
+
+
+@dataclass
+class JobVerdict:
+    """The report's job-level fields once every rank's summary is in (unchanged for one rank)."""
+
+    primary: Category
+    confidence: float
+    breakdown: dict[str, float]
+    findings: list[Finding]
+    recommendations: list[Any]
+    stragglers: list[Straggler]
+    notes: list[str]
+    distributed: dict[str, Any]
+
+
+def _rank_entries(
+    summaries: list[TraceSummary],
+    own: TraceSummary | None,
+    own_breakdown: dict[str, float],
+    own_primary: Category,
+) -> list[RankSummary]:
+    """One entry per rank summary (rank order); this rank's uses its own, live-corrected breakdown."""
+    out: list[RankSummary] = []
+    for s in sorted(summaries, key=lambda x: x.rank if x.rank is not None else 0):
+        if s is own:
+            rb, rp = own_breakdown, own_primary
+        elif s.num_steps >= thresholds.PROFILED_STEPS_MIN:
+            rb, rp = rank_breakdown(s)
+        else:
+            rb, rp = breakdown_from_timing(0.0), Category.UNKNOWN
+        step = StepTime.from_samples(s.step_times_ms)
+        extra: dict[str, Any] = {}
+        if len(summaries) > 1 and step is not None:
+            extra["own_work_ms"] = round(RankWork(0, step.median, rb).own_ms, 3)
+        comm = s.extra.get("communication") if isinstance(s.extra, dict) else None
+        if comm:
+            extra["communication"] = comm
+        host = s.extra.get("host") if isinstance(s.extra, dict) else None
+        if host:
+            extra["host"] = host
+        out.append(
+            RankSummary(
+                rank=s.rank if s.rank is not None else 0,
+                primary=rp,
+                breakdown=rb,
+                step_time_ms=step,
+                extra=extra,
+            )
+        )
+    return out
+
+
+def _job_verdict(
+    ranks: list[RankSummary],
+    own: TraceSummary | None,
+    evidence: Evidence,
+    findings: list[Finding],
+    recommendations: list[Any],
+    primary: Category,
+    breakdown: dict[str, float],
+    confidence: float,
+) -> JobVerdict:
+    """Stragglers, the communication evidence, and which rank's view the job-level verdict takes."""
+    job = JobVerdict(primary, confidence, breakdown, list(findings), list(recommendations), [], [], {})
+    world = (
+        evidence.config.world_size
+        if evidence.config
+        else max([s.world_size or 1 for s in evidence.summaries] or [1])
+    )
+    if world > 1 or len(ranks) > 1:
+        reported = sorted(r.rank for r in ranks)
+        missing = [r for r in range(world) if r not in reported]
+        job.distributed = {"world_size": world, "ranks_reported": reported, "missing_ranks": missing}
+        if missing and world > 1:
+            job.notes.append(
+                f"Ranks {missing} are missing from this report (no summary reached rank zero); "
+                "stragglers and per-rank verdicts cover the other ranks only."
+            )
+    work = [RankWork(r.rank, r.step_time_ms.median, r.breakdown) for r in ranks if r.step_time_ms is not None]
+    job.stragglers = find_stragglers(work)
+    if not job.stragglers or evidence.oom:
+        return job
+    top = job.stragglers[0]
+    top_entry = next(r for r in ranks if r.rank == top.rank)
+    waiting = [r for r in ranks if r.rank != top.rank]
+    job.findings = [_straggler_finding(st, ranks) for st in job.stragglers] + [
+        _explained(f, top.rank) if f.kind == Category.COMMUNICATION.value else f for f in job.findings
+    ]
+    if top.cause != Category.UNKNOWN:
+        job.primary = top.cause
+        job.breakdown = dict(top_entry.breakdown)
+        window = min(1.0, (own.num_steps if own else 0) / thresholds.CONFIDENT_STEPS)
+        job.confidence = round(max(0.05, min(0.95, (1.0 - top.relative_perf) * max(window, 0.5))), 3)
+        job.notes.append(
+            f"Job-level verdict and breakdown are rank {top.rank}'s (the straggler); the other ranks' own "
+            f"views are under `ranks` ({', '.join(f'rank {r.rank}: {r.primary.value}' for r in waiting)})."
+        )
+        recs = advise(
+            top.cause, [f for f in job.findings if f.kind != Category.COMMUNICATION.value], evidence
+        )
+        job.recommendations = [r for r in recs if r.kind != Category.COMMUNICATION.value]
+    return job
+
+
+def _straggler_finding(st: Straggler, ranks: list[RankSummary]) -> Finding:
+    others = [r for r in ranks if r.rank != st.rank]
+    waits = ", ".join(f"rank {r.rank} {r.breakdown.get(str(Share.COMMUNICATION), 0.0):.0%}" for r in others)
+    cause = st.cause.value
+    return Finding(
+        kind="straggler",
+        severity=Severity.HIGH if st.excess_share >= 3 * thresholds.COMM_SHARE_MEDIUM else Severity.MEDIUM,
+        summary=(
+            f"Rank {st.rank} is a straggler: its own work takes {st.own_ms:.1f} ms per step against "
+            f"{st.fastest_own_ms:.1f} ms on rank {st.fastest_rank}, so the other ranks wait for it in "
+            f"collectives (communication share: {waits}). Its own cause is {cause} "
+            f"({st.cause_share:.0%} of its own work)."
+        ),
+        evidence={
+            "rank": st.rank,
+            "cause": cause,
+            "cause_share": round(st.cause_share, 4),
+            "own_work_ms": round(st.own_ms, 3),
+            "fastest_rank": st.fastest_rank,
+            "fastest_own_work_ms": round(st.fastest_own_ms, 3),
+            "relative_perf": round(st.relative_perf, 4),
+            "excess_share": round(st.excess_share, 4),
+            "threshold_relative_perf": STRAGGLER_RELATIVE_PERF_THRESHOLD,
+            "threshold_excess_share": STRAGGLER_EXCESS_SHARE_MIN,
+        },
+    )
+
+
+def _explained(finding: Finding, straggler: int) -> Finding:
+    """A communication finding on a waiting rank: the wait is for the straggler, not the network."""
+    return Finding(
+        kind=finding.kind,
+        severity=Severity.LOW,
+        summary=finding.summary.rstrip(".") + f", mostly waiting for rank {straggler} (the straggler).",
+        evidence=dict(finding.evidence, explained_by_straggler=straggler),
+        location=finding.location,
+    )
+
+
+def _with_comm_evidence(findings: list[Finding], comm: dict[str, Any], rank: int) -> list[Finding]:
+    """Attach this rank's communication metrics to its communication finding (advice reads them)."""
+    out = []
+    for f in findings:
+        if f.kind == Category.COMMUNICATION.value and "collective_ms_per_step" not in f.evidence:
+            kinds = ", ".join(
+                f"{k} {v.get('calls_per_step', 0):g}/step {v.get('ms_per_step', 0):.1f} ms"
+                for k, v in (comm.get("by_kind") or {}).items()
+            )
+            overlap = comm.get("overlap")
+            detail = f" Rank {rank} waits {comm.get('wait_ms_per_step', 0):.1f} ms per step"
+            if kinds:
+                detail += f" ({kinds})"
+            if overlap is not None:
+                detail += f"; {overlap:.0%} of collective time overlaps its own work"
+            f = Finding(f.kind, f.severity, f.summary + detail + ".", dict(f.evidence, **comm), f.location)
+        out.append(f)
     return out

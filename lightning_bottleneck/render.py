@@ -90,9 +90,9 @@ def render_markdown(report: Report) -> str:
         out.append("")
     if report.ranks and len(report.ranks) > 1:
         out += ["### Ranks", "", "| rank | verdict | median step ms |", "|---|---|---|"]
-        for r in report.ranks:
-            st = f"{r.step_time_ms.median:.1f}" if r.step_time_ms else ""
-            out.append(f"| {r.rank} | {r.primary.value} | {st} |")
+        for rank in report.ranks:
+            st = f"{rank.step_time_ms.median:.1f}" if rank.step_time_ms else ""
+            out.append(f"| {rank.rank} | {rank.primary.value} | {st} |")
         out.append("")
     if report.stragglers:
         out.append(f"Stragglers: {', '.join(str(r) for r in report.stragglers)}")

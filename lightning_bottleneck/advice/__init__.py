@@ -296,7 +296,7 @@ ADVISORS: dict[Category, Callable[[RunConfig, list[Finding]], list[Recommendatio
 
 def advise(primary: Category, findings: list[Finding], evidence: Evidence) -> list[Recommendation]:
     """Recommendations for the primary bucket first, then for other buckets with findings."""
-    cfg = evidence.config or RunConfig(accelerator=_accelerator_from(evidence))
+    cfg = evidence.config or config_from_trace(evidence)
     order = [primary] + [Category(f.kind) for f in findings if f.kind in Category._value2member_map_]
     seen: set[Category] = set()
     recs: list[Recommendation] = []
@@ -305,14 +305,35 @@ def advise(primary: Category, findings: list[Finding], evidence: Evidence) -> li
             continue
         seen.add(cat)
         recs += ADVISORS[cat](cfg, findings)
-    return _drop_already_set(recs, cfg)
+    return _drop_repeated(_drop_already_set(recs, cfg))
 
 
-def _accelerator_from(evidence: Evidence) -> str:
-    for s in evidence.summaries:
+def _drop_repeated(recs: list[Recommendation]) -> list[Recommendation]:
+    """One recommendation per setting: a later bucket's advice for a setting already advised is dropped."""
+    seen: set[str] = set()
+    out = []
+    for r in recs:
+        if r.settings and set(r.settings) <= seen:
+            continue
+        seen |= set(r.settings)
+        out.append(r)
+    return out
+
+
+def config_from_trace(evidence: Evidence) -> RunConfig:
+    """Offline, the trace is all there is: device kind and capability come from its deviceProperties."""
+    cfg = RunConfig()
+    for s in evidence.summaries[:1]:
         if s.device in ("cuda", "rocm"):
-            return "cuda"
-    return "cpu"
+            cfg.accelerator = "cuda"
+            cfg.device_name = s.device_name
+            cc = s.extra.get("compute_capability")
+            if isinstance(cc, list) and cc:
+                # bf16 and TF32 tensor cores arrive with Ampere (compute capability 8.0); ROCm reports
+                # the gfx major here, and MI200+ (gfx9 with major >= 9) support bf16.
+                cfg.bf16_supported = cc[0] >= 8
+                cfg.tf32_capable = s.device == "cuda" and cc[0] >= 8
+    return cfg
 
 
 def _drop_already_set(recs: list[Recommendation], cfg: RunConfig) -> list[Recommendation]:

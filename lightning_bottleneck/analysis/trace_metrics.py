@@ -50,6 +50,7 @@ MIN_OPTIMIZER_STEPS = 2
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
 PHASE_PREFIX = "bottleneck/"
+VALIDATION_LABEL = PHASE_PREFIX + "validation"  # the callback's label around an in-fit validation loop
 #: record_function labels: never counted as CPU "ops" (old-schema traces record them as Operator).
 LABEL_PREFIXES = (
     PROFILER_STEP_PREFIX,
@@ -185,8 +186,10 @@ def summarize_trace(trace: Trace, source: str | None = None) -> TraceSummary:
         summary.step_source = "no host events: nothing to analyse"
         summary.extra["notes"] = list(trace.notes)
         return summary
+    steps = _drop_validation_steps(trace, steps)
     if trace.has_device_events:
         steps = _align_steps_to_device(trace, steps, launch_ts, launch_end)
+    summary.extra["compute_capability"] = _compute_capability(trace)
     summary.step_source = steps.source
     summary.num_steps = steps.count
     durations = steps.ends - steps.starts
@@ -240,6 +243,36 @@ def _find_steps(trace: Trace) -> _Steps | None:
         f"busiest host thread ({(end - start) / 1000.0:.1f} ms) is analysed as one step",
         [],
     )
+
+
+def _drop_validation_steps(trace: Trace, steps: _Steps) -> _Steps:
+    """Steps that contain the callback's ``bottleneck/validation`` label are not training: drop them.
+
+    The validation loader's first fetch happens before any hook can label it, so subtracting the label's
+    span would still count that fetch as training data wait; dropping the whole step is exact.
+    """
+    is_val = (trace.kind == EventKind.USER_ANNOTATION) | (trace.kind == EventKind.CPU_OP)
+    is_val &= trace.name_mask(lambda n: n == VALIDATION_LABEL)
+    if not is_val.any():
+        return steps
+    val_ts = np.sort(trace.ts[is_val])
+    first_after_start = np.searchsorted(val_ts, steps.starts, side="left")
+    contains = (first_after_start < val_ts.size) & (
+        val_ts[np.minimum(first_after_start, val_ts.size - 1)] < steps.ends
+    )
+    if contains.all() or not contains.any():
+        return steps
+    keep = ~contains
+    note = f"{int(contains.sum())} profiled step(s) skipped: the validation loop ran inside them"
+    return _Steps(steps.starts[keep], steps.ends[keep], steps.main_thread, steps.source, [*steps.notes, note])
+
+
+def _compute_capability(trace: Trace) -> list[int] | None:
+    for p in trace.device_properties:
+        major, minor = p.get("computeMajor"), p.get("computeMinor")
+        if isinstance(major, int) and isinstance(minor, int):
+            return [major, minor]
+    return None
 
 
 def _busiest_thread(trace: Trace, host: np.ndarray) -> int:

@@ -12,6 +12,7 @@ Array Format"). Anything else raises :class:`~lightning_bottleneck.trace.errors.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -175,10 +176,8 @@ def _floats(values: list[Any]) -> np.ndarray:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[i] = v
             elif isinstance(v, str):
-                try:
+                with contextlib.suppress(ValueError):
                     out[i] = float(v)
-                except ValueError:
-                    pass
         return out
 
 
