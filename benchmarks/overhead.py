@@ -17,6 +17,9 @@ and prints the median wall time of ``trainer.fit`` and its ratio to ``bare``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -36,6 +39,23 @@ from lightning_bottleneck import BottleneckCallback
 from scenarios import Regressor, in_memory
 
 warnings.filterwarnings("ignore")
+logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def quiet() -> Any:
+    """Silence the profilers' printed reports and Kineto's C++ log lines (file descriptors 1 and 2)."""
+    saved = os.dup(1), os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
 
 
 def make_fit(steps: int, variant: str) -> Callable[[], float]:
@@ -65,9 +85,11 @@ def make_fit(steps: int, variant: str) -> Callable[[], float]:
                 enable_checkpointing=False,
                 **kwargs,
             )
-            t0 = time.perf_counter()
-            trainer.fit(model, loader)
-            return time.perf_counter() - t0
+            with quiet():
+                t0 = time.perf_counter()
+                trainer.fit(model, loader)
+                elapsed = time.perf_counter() - t0
+            return elapsed
 
     return run
 

@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_bottleneck.diagnose import diagnose
+from lightning_bottleneck.distributed import RankGather
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.render import render_markdown, render_text
 from lightning_bottleneck.report import Report
@@ -94,6 +95,8 @@ class BottleneckCallback(Callback):
         output_dir: where traces go; default ``<log_dir>/bottleneck`` (a run in TensorBoard's profiler tab).
         report_path: the JSON report; default ``<log_dir>/bottleneck_report.json``.
         verbose: print the summary at the end of fit (global rank zero).
+        gather_timeout: seconds global rank zero waits for the other ranks' summaries at the end of fit
+            (multi-process strategies); ranks that miss it are listed as missing in the report.
 
     Example::
 
@@ -120,6 +123,7 @@ class BottleneckCallback(Callback):
         output_dir: str | None = None,
         report_path: str | None = None,
         verbose: bool = True,
+        gather_timeout: float = 120.0,
     ) -> None:
         super().__init__()
         self.wait = _check_int("wait", wait, 0)
@@ -142,6 +146,11 @@ class BottleneckCallback(Callback):
         self.output_dir = output_dir
         self.report_path = report_path
         self.verbose = _check_bool("verbose", verbose)
+        if isinstance(gather_timeout, bool) or not isinstance(gather_timeout, (int, float)) or gather_timeout <= 0:
+            raise MisconfigurationException(
+                f"BottleneckCallback(`gather_timeout`) must be a positive number of seconds, got {gather_timeout!r}."
+            )
+        self.gather_timeout = float(gather_timeout)
         self.report: Report | None = None
         self._reset()
 
@@ -170,6 +179,7 @@ class BottleneckCallback(Callback):
         self._writer: Any = None
         self._rank = 0
         self._val_paused = False
+        self._gather = RankGather(self.gather_timeout)
 
     @property
     def schedule_length(self) -> int:
@@ -212,6 +222,7 @@ class BottleneckCallback(Callback):
                 self._finalize(trainer, pl_module)
         finally:
             self._release(export=False)
+            self._gather.teardown()
             self._active_fit = False
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -271,6 +282,7 @@ class BottleneckCallback(Callback):
 
             self._tracker = SyncTracker(device_type=self._config.accelerator)
             self._tracker.install()
+        self._gather.setup()  # collective (every rank runs on_train_start): the gather's gloo group
         self._start_profiler(trainer)
 
     def _start_profiler(self, trainer: pl.Trainer) -> None:
@@ -421,8 +433,11 @@ class BottleneckCallback(Callback):
             self._tracker = None
         from lightning_bottleneck.probe import memory_stats
 
+        summaries = self._summaries()
+        if gather:
+            summaries = self._gather_summaries(summaries)
         evidence = Evidence(
-            summaries=self._summaries(),
+            summaries=summaries,
             timing=self._timer.stats(float(self._config.batch_size) if self._config and self._config.batch_size else None),
             sync_sites=sites,
             memory=memory_stats(trainer),
@@ -443,10 +458,44 @@ class BottleneckCallback(Callback):
         from lightning_bottleneck.analysis.trace_metrics import summarize_trace
         from lightning_bottleneck.trace.reader import load_trace
 
+        from lightning_bottleneck.analysis.communication import communication_metrics
+
         # The last cycle is the most representative (latest warm state).
-        summary = summarize_trace(load_trace(Path(self._trace_files[-1])))
+        trace = load_trace(Path(self._trace_files[-1]))
+        summary = summarize_trace(trace)
         summary.rank = self._rank
+        comm = communication_metrics(trace)
+        if comm is not None:
+            summary.extra["communication"] = comm
+        summary.extra["host"] = socket.gethostname()
         return [summary]
+
+    def _gather_summaries(self, own: list[Any]) -> list[Any]:
+        """Every rank sends its summary to global rank zero (a no-op for one process); never raises."""
+        if not self._gather.active:
+            return own
+        from lightning_bottleneck.analysis.summary import TraceSummary
+        from lightning_bottleneck.distributed import rank_payload
+
+        try:
+            result = self._gather.gather(rank_payload(self._rank, own[0] if own else None, self._trace_files))
+        except Exception as err:  # noqa: BLE001 - never break training
+            self._notes.append(f"gathering rank summaries failed: {type(err).__name__}: {err}")
+            return own
+        self._notes += result.notes
+        if self._rank != 0:
+            return own
+        out: list[Any] = []
+        for payload in result.payloads:
+            if payload.get("rank") == self._rank:
+                out += own
+                continue
+            if isinstance(payload.get("summary"), dict):
+                out.append(TraceSummary.from_dict(payload["summary"]))
+            else:
+                self._notes.append(f"rank {payload.get('rank')} profiled no complete window: no trace summary.")
+            self._trace_files += [str(f) for f in payload.get("trace_files") or []]
+        return out
 
     def _publish(self, trainer: pl.Trainer, report: Report) -> None:
         if self._report_file is not None:

@@ -184,8 +184,8 @@ def _rank_entries(
             rb, rp = breakdown_from_timing(0.0), Category.UNKNOWN
         step = StepTime.from_samples(s.step_times_ms)
         extra: dict[str, Any] = {}
-        if len(summaries) > 1 and step is not None:
-            extra["own_work_ms"] = round(RankWork(0, step.median, rb).own_ms, 3)
+        if len(summaries) > 1 and s.step_times_ms:
+            extra["own_work_ms"] = round(RankWork(0, _mean(s.step_times_ms), rb).own_ms, 3)
         comm = s.extra.get("communication") if isinstance(s.extra, dict) else None
         if comm:
             extra["communication"] = comm
@@ -230,7 +230,9 @@ def _job_verdict(
                 f"Ranks {missing} are missing from this report (no summary reached rank zero); "
                 "stragglers and per-rank verdicts cover the other ranks only."
             )
-    work = [RankWork(r.rank, r.step_time_ms.median, r.breakdown) for r in ranks if r.step_time_ms is not None]
+    # Shares are window aggregates, so own work uses the window's mean step (not the median).
+    means = {x.rank: _mean(x.step_times_ms) for x in evidence.summaries if x.rank is not None and x.step_times_ms}
+    work = [RankWork(r.rank, means[r.rank], r.breakdown) for r in ranks if r.rank in means]
     job.stragglers = find_stragglers(work)
     if not job.stragglers or evidence.oom:
         return job
@@ -289,7 +291,7 @@ def _explained(finding: Finding, straggler: int) -> Finding:
     return Finding(
         kind=finding.kind,
         severity=Severity.LOW,
-        summary=finding.summary.rstrip(".") + f", mostly waiting for rank {straggler} (the straggler).",
+        summary=finding.summary + f" Most of it is waiting for rank {straggler} (the straggler).",
         evidence=dict(finding.evidence, explained_by_straggler=straggler),
         location=finding.location,
     )
@@ -313,3 +315,7 @@ def _with_comm_evidence(findings: list[Finding], comm: dict[str, Any], rank: int
             f = Finding(f.kind, f.severity, f.summary + detail + ".", dict(f.evidence, **comm), f.location)
         out.append(f)
     return out
+
+
+def _mean(values: list[float]) -> float:
+    return float(sum(values)) / len(values) if values else 0.0

@@ -127,6 +127,15 @@ class RankGather:
             dist.destroy_process_group(group)
 
 
+def rank_payload(rank: int, summary: Any, trace_files: list[str]) -> dict[str, Any]:
+    """The plain dict one rank sends: its :class:`TraceSummary` (as a dict, or None) and its trace files."""
+    return {
+        "rank": int(rank),
+        "summary": summary.to_dict() if summary is not None else None,
+        "trace_files": [str(f) for f in trace_files],
+    }
+
+
 def _missing_from(err: BaseException, world_size: int, rank: int) -> list[int]:
     """Ranks named by a ``monitored_barrier`` failure, else every other rank."""
     match = _MISSING.search(str(err))

@@ -25,9 +25,11 @@ def breakdown_from_summary(summary: TraceSummary, extra_sync_share: float = 0.0)
     sync = _clamp(max(summary.sync_api, extra_sync_share))
     if summary.device_busy is not None:
         idle = _clamp(summary.device_idle if summary.device_idle is not None else 1.0 - summary.device_busy)
-        # Host reasons only count while the device has nothing to do.
+        # Host reasons only count while the device has nothing to do, and a blocked host can only explain
+        # idle time the device spent waiting for the host to enqueue work (HTA's "host wait" idle).
+        host_wait = idle if summary.idle_host_wait is None else min(idle, _clamp(summary.idle_host_wait))
         data_wait = min(data_wait, idle)
-        sync = min(sync, idle - data_wait)
+        sync = min(sync, max(0.0, host_wait - data_wait))
         comm = _clamp(summary.comm_exposed or 0.0)
         compute = _clamp(
             summary.device_compute if summary.device_compute is not None else summary.device_busy

@@ -35,7 +35,10 @@ STRAGGLER_EXCESS_SHARE_MIN = 0.10
 
 @dataclass(frozen=True)
 class RankWork:
-    """What the rule needs from one rank: its median step time and its breakdown (shares)."""
+    """What the rule needs from one rank: its mean step time over the profiled window and its breakdown.
+
+    The mean, not the median: the breakdown's shares are aggregates over the same window.
+    """
 
     rank: int
     step_ms: float
