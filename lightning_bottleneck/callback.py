@@ -6,6 +6,7 @@ and below), the same ones the offline ``lightning-bottleneck analyze`` command u
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -146,7 +147,11 @@ class BottleneckCallback(Callback):
         self.output_dir = output_dir
         self.report_path = report_path
         self.verbose = _check_bool("verbose", verbose)
-        if isinstance(gather_timeout, bool) or not isinstance(gather_timeout, (int, float)) or gather_timeout <= 0:
+        if (
+            isinstance(gather_timeout, bool)
+            or not isinstance(gather_timeout, (int, float))
+            or gather_timeout <= 0
+        ):
             raise MisconfigurationException(
                 f"BottleneckCallback(`gather_timeout`) must be a positive number of seconds, got {gather_timeout!r}."
             )
@@ -162,7 +167,11 @@ class BottleneckCallback(Callback):
         self._timer = StepTimer()
         self._prof: torch.profiler.profile | None = None
         self._schedule = torch.profiler.schedule(
-            skip_first=self.skip_first, wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat
+            skip_first=self.skip_first,
+            wait=self.wait,
+            warmup=self.warmup,
+            active=self.active,
+            repeat=self.repeat,
         )
         self._prof_step = 0
         self._window_done = False
@@ -187,7 +196,9 @@ class BottleneckCallback(Callback):
         return self.skip_first + self.repeat * (self.wait + self.warmup + self.active)
 
     def _disable(self, why: str) -> None:
-        rank_zero_warn(f"BottleneckCallback disabled itself after an internal error ({why}); training goes on.")
+        rank_zero_warn(
+            f"BottleneckCallback disabled itself after an internal error ({why}); training goes on."
+        )
         self._disabled = True
         self._release(export=False)
 
@@ -225,7 +236,9 @@ class BottleneckCallback(Callback):
             self._gather.teardown()
             self._active_fit = False
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         if not self._active_fit:
             return
         try:
@@ -244,10 +257,8 @@ class BottleneckCallback(Callback):
         """Undo everything: close labels, stop the profiler, restore patched functions."""
         while self._labels:
             label = self._labels.pop()
-            try:
+            with contextlib.suppress(Exception):
                 label.__exit__(None, None, None)
-            except Exception:
-                pass
         prof, self._prof = self._prof, None
         if prof is not None:
             try:
@@ -261,10 +272,8 @@ class BottleneckCallback(Callback):
             tracker.uninstall()
         writer, self._writer = self._writer, None
         if writer is not None:
-            try:
+            with contextlib.suppress(Exception):
                 writer.close()
-            except Exception:
-                pass
 
     # ------------------------------------------------------------------ training hooks
     @_guarded
@@ -275,7 +284,11 @@ class BottleneckCallback(Callback):
 
         self._config = run_config(trainer, pl_module)
         self._env = environment(trainer, self._config)
-        every = getattr(trainer, "log_every_n_steps", 50) if self.log_every_n_steps is None else self.log_every_n_steps
+        every = (
+            getattr(trainer, "log_every_n_steps", 50)
+            if self.log_every_n_steps is None
+            else self.log_every_n_steps
+        )
         self._scalar_every = every if trainer.loggers else 0
         if self.track_syncs:
             from lightning_bottleneck.sync_hooks import SyncTracker
@@ -329,7 +342,9 @@ class BottleneckCallback(Callback):
         self._timer.epoch_start()
 
     @_guarded
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._timer.batch_start()
         if self._labels:  # the data_wait label opened at the previous batch end
             self._close_all()
@@ -337,7 +352,9 @@ class BottleneckCallback(Callback):
             self._open("training_step")
 
     @_guarded
-    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
+    ) -> None:
         if self._labels:
             self._close_all()
         if self._prof is not None and self._recording():
@@ -438,7 +455,9 @@ class BottleneckCallback(Callback):
             summaries = self._gather_summaries(summaries)
         evidence = Evidence(
             summaries=summaries,
-            timing=self._timer.stats(float(self._config.batch_size) if self._config and self._config.batch_size else None),
+            timing=self._timer.stats(
+                float(self._config.batch_size) if self._config and self._config.batch_size else None
+            ),
             sync_sites=sites,
             memory=memory_stats(trainer),
             oom=self._oom,
@@ -455,10 +474,9 @@ class BottleneckCallback(Callback):
     def _summaries(self) -> list[Any]:
         if not self._trace_files:
             return []
+        from lightning_bottleneck.analysis.communication import communication_metrics
         from lightning_bottleneck.analysis.trace_metrics import summarize_trace
         from lightning_bottleneck.trace.reader import load_trace
-
-        from lightning_bottleneck.analysis.communication import communication_metrics
 
         # The last cycle is the most representative (latest warm state).
         trace = load_trace(Path(self._trace_files[-1]))
@@ -479,7 +497,7 @@ class BottleneckCallback(Callback):
 
         try:
             result = self._gather.gather(rank_payload(self._rank, own[0] if own else None, self._trace_files))
-        except Exception as err:  # noqa: BLE001 - never break training
+        except Exception as err:
             self._notes.append(f"gathering rank summaries failed: {type(err).__name__}: {err}")
             return own
         self._notes += result.notes
@@ -493,7 +511,9 @@ class BottleneckCallback(Callback):
             if isinstance(payload.get("summary"), dict):
                 out.append(TraceSummary.from_dict(payload["summary"]))
             else:
-                self._notes.append(f"rank {payload.get('rank')} profiled no complete window: no trace summary.")
+                self._notes.append(
+                    f"rank {payload.get('rank')} profiled no complete window: no trace summary."
+                )
             self._trace_files += [str(f) for f in payload.get("trace_files") or []]
         return out
 
@@ -502,7 +522,9 @@ class BottleneckCallback(Callback):
             report.write(self._report_file)
         self._write_tensorboard_text(trainer, report)
         if self.verbose:
-            rank_zero_info(render_text(report) + (f"\n  report: {self._report_file}" if self._report_file else ""))
+            rank_zero_info(
+                render_text(report) + (f"\n  report: {self._report_file}" if self._report_file else "")
+            )
 
     def _write_tensorboard_text(self, trainer: pl.Trainer, report: Report) -> None:
         markdown = render_markdown(report)

@@ -231,7 +231,9 @@ def _job_verdict(
                 "stragglers and per-rank verdicts cover the other ranks only."
             )
     # Shares are window aggregates, so own work uses the window's mean step (not the median).
-    means = {x.rank: _mean(x.step_times_ms) for x in evidence.summaries if x.rank is not None and x.step_times_ms}
+    means = {
+        x.rank: _mean(x.step_times_ms) for x in evidence.summaries if x.rank is not None and x.step_times_ms
+    }
     work = [RankWork(r.rank, means[r.rank], r.breakdown) for r in ranks if r.rank in means]
     job.stragglers = find_stragglers(work)
     if not job.stragglers or evidence.oom:

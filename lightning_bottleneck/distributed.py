@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 DEFAULT_TIMEOUT_S = 120.0
+GROUP_DESC = "lightning_bottleneck_gather"
 _MISSING = re.compile(r"[Rr]anks? ([\d,\s]+?) failed to pass monitoredBarrier")
 
 
@@ -72,7 +73,11 @@ class RankGather:
         if self.world_size < 2:
             return
         try:
-            self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.timeout_s))
+            timeout = timedelta(seconds=self.timeout_s)
+            try:  # the description names the group in traces' distributedInfo.pg_config (torch >= 2.3)
+                self._group = dist.new_group(backend="gloo", timeout=timeout, group_desc=GROUP_DESC)
+            except TypeError:
+                self._group = dist.new_group(backend="gloo", timeout=timeout)
         except Exception as err:
             self.notes.append(f"could not create the gloo group for gathering rank summaries: {err}")
             warnings.warn(f"lightning-bottleneck: per-rank gather disabled ({err})", stacklevel=2)
