@@ -98,6 +98,9 @@ class BottleneckCallback(Callback):
         verbose: print the summary at the end of fit (global rank zero).
         gather_timeout: seconds global rank zero waits for the other ranks' summaries at the end of fit
             (multi-process strategies); ranks that miss it are listed as missing in the report.
+        baseline: a previous run's ``bottleneck_report.json``. After one change, the new report says whether
+            it helped (median step time before vs after, beyond run-to-run noise) so the change can be
+            kept or reverted; the comparison lands in ``metrics["comparison"]`` and the notes.
 
     Example::
 
@@ -125,6 +128,7 @@ class BottleneckCallback(Callback):
         report_path: str | None = None,
         verbose: bool = True,
         gather_timeout: float = 120.0,
+        baseline: str | None = None,
     ) -> None:
         super().__init__()
         self.wait = _check_int("wait", wait, 0)
@@ -139,13 +143,14 @@ class BottleneckCallback(Callback):
         if log_every_n_steps is not None:
             _check_int("log_every_n_steps", log_every_n_steps, 0)
         self.log_every_n_steps = log_every_n_steps
-        for name, value in (("output_dir", output_dir), ("report_path", report_path)):
+        for name, value in (("output_dir", output_dir), ("report_path", report_path), ("baseline", baseline)):
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise MisconfigurationException(
                     f"BottleneckCallback(`{name}`) must be a path (str) or None, got {value!r}."
                 )
         self.output_dir = output_dir
         self.report_path = report_path
+        self.baseline = baseline
         self.verbose = _check_bool("verbose", verbose)
         if (
             isinstance(gather_timeout, bool)
@@ -474,17 +479,11 @@ class BottleneckCallback(Callback):
     def _summaries(self) -> list[Any]:
         if not self._trace_files:
             return []
-        from lightning_bottleneck.analysis.communication import communication_metrics
-        from lightning_bottleneck.analysis.trace_metrics import summarize_trace
-        from lightning_bottleneck.trace.reader import load_trace
+        from lightning_bottleneck.analysis.core import summarize_file
 
         # The last cycle is the most representative (latest warm state).
-        trace = load_trace(Path(self._trace_files[-1]))
-        summary = summarize_trace(trace)
+        summary = summarize_file(self._trace_files[-1])
         summary.rank = self._rank
-        comm = communication_metrics(trace)
-        if comm is not None:
-            summary.extra["communication"] = comm
         summary.extra["host"] = socket.gethostname()
         return [summary]
 
@@ -518,6 +517,8 @@ class BottleneckCallback(Callback):
         return out
 
     def _publish(self, trainer: pl.Trainer, report: Report) -> None:
+        if self.baseline is not None:
+            self._compare_with_baseline(report)
         if self._report_file is not None:
             report.write(self._report_file)
         self._write_tensorboard_text(trainer, report)
@@ -525,6 +526,18 @@ class BottleneckCallback(Callback):
             rank_zero_info(
                 render_text(report) + (f"\n  report: {self._report_file}" if self._report_file else "")
             )
+
+    def _compare_with_baseline(self, report: Report) -> None:
+        from lightning_bottleneck.compare import compare_runs
+
+        try:
+            before = Report.read(str(self.baseline))
+        except (OSError, ValueError, KeyError) as err:
+            report.notes.append(f"baseline {self.baseline!s} could not be read ({type(err).__name__}: {err}).")
+            return
+        comparison = compare_runs(before, report)
+        report.metrics["comparison"] = comparison
+        report.notes.insert(0, f"Compared with {self.baseline!s}: {comparison['verdict']}")
 
     def _write_tensorboard_text(self, trainer: pl.Trainer, report: Report) -> None:
         markdown = render_markdown(report)

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_bottleneck.analysis.core import summarize_file
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.analysis.trace_metrics import summarize_trace
 from lightning_bottleneck.compare import compare_runs, render_comparison
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.trace.errors import TraceError
-from lightning_bottleneck.trace.reader import find_trace_files, load_trace
+from lightning_bottleneck.trace.reader import find_trace_files
 
 PROG = "lightning-bottleneck"
 EXIT_OK = 0
@@ -95,7 +95,7 @@ def summarize_paths(paths: Sequence[str | Path]) -> tuple[list[TraceSummary], li
     summaries: list[TraceSummary] = []
     notes: list[str] = []
     for path in files:
-        summaries.append(summarize_trace(load_trace(path)))
+        summaries.append(summarize_file(path))
     unknown = [s for s in summaries if s.rank is None]
     if unknown:
         taken = {s.rank for s in summaries if s.rank is not None}

@@ -147,7 +147,34 @@ def _metrics(evidence: Evidence, summary: TraceSummary | None, savings: dict[str
         }
     if evidence.sync_sites:
         out["sync_sites"] = [s.to_dict() for s in evidence.sync_sites]
+        if summary is not None:
+            out["sync_cross_check"] = sync_cross_check(evidence, summary)
     return out
+
+
+def sync_cross_check(evidence: Evidence, summary: TraceSummary) -> dict[str, Any]:
+    """The live hooks' counts beside what the profiled window's trace saw of the same syncs.
+
+    Every ``.item()``-like read runs ``aten::_local_scalar_dense``; on CUDA each blocking call also shows
+    as a ``cuda*Synchronize`` or device-to-host copy. A trace count well above the hooks' means syncs the
+    hooks cannot see (C++ extensions, libraries calling the runtime directly).
+    """
+    sites = evidence.sync_sites
+    scalar_reads = [s for s in sites if s.via in SCALAR_READS]
+    return {
+        "hooks_calls_per_step": round(sum(s.calls_per_step for s in sites), 3),
+        "hooks_scalar_reads_per_step": round(sum(s.calls_per_step for s in scalar_reads), 3),
+        "hooks_blocked_ms_per_step": round(sum(s.total_ms / s.steps for s in sites if s.steps), 4),
+        "trace_local_scalar_dense_per_step": round(summary.local_scalar_dense_per_step, 3),
+        "trace_sync_api_calls_per_step": round(summary.sync_api_calls_per_step, 3),
+        "trace_sync_api_share": round(summary.sync_api, 4),
+    }
+
+
+# Sync APIs that read a device scalar through aten::_local_scalar_dense.
+SCALAR_READS = frozenset(
+    {"Tensor.item", "Tensor.__format__", "Tensor.__bool__", "Tensor.__int__", "Tensor.__float__"}
+)
 
 
 # ---------------------------------------------------------------------------------------------- many ranks
@@ -226,8 +253,13 @@ def _job_verdict(
         missing = [r for r in range(world) if r not in reported]
         job.distributed = {"world_size": world, "ranks_reported": reported, "missing_ranks": missing}
         if missing and world > 1:
+            why = (
+                "no summary reached rank zero"
+                if evidence.config is not None
+                else f"no trace of theirs among the inputs, world size {world}"
+            )
             job.notes.append(
-                f"Ranks {missing} are missing from this report (no summary reached rank zero); "
+                f"Ranks {missing} are missing from this report ({why}); "
                 "stragglers and per-rank verdicts cover the other ranks only."
             )
     # Shares are window aggregates, so own work uses the window's mean step (not the median).

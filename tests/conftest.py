@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+if str(EXAMPLES) not in sys.path:  # the scenarios module is shared by examples/ and the tests
+    sys.path.insert(0, str(EXAMPLES))
 
 
 def fit_scenario(
@@ -49,10 +52,6 @@ def fit_scenario(
     **trainer_kwargs: object,
 ):
     """Train one of ``examples/scenarios.py``'s models with the callback; return (trainer, callback)."""
-    import sys
-
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
     import lightning.pytorch as pl
     import torch
 

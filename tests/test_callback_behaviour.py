@@ -205,3 +205,52 @@ def test_exception_in_training_step_stops_profiler_and_writes_report(tmp_path: P
     with torch.profiler.profile() as prof:
         torch.ones(2) + 1
     assert prof.events() is not None
+
+
+def test_baseline_says_whether_one_change_helped(tmp_path: Path) -> None:
+    """The workflow: measure, apply the first recommendation, re-measure against the baseline."""
+    import scenarios
+
+    before_root, after_root = tmp_path / "before", tmp_path / "after"
+    original = scenarios.scenario
+
+    def heavier(name):  # loading (~32 ms/batch) and compute of similar size: overlap pays off
+        _, train, val = original(name)
+        return scenarios.Regressor(width=1536, depth=4), train, val
+
+    scenarios.scenario = heavier
+    try:
+        _, cb = fit_scenario("input", before_root, max_steps=20)
+    finally:
+        scenarios.scenario = original
+    assert cb.report is not None
+    rec = cb.report.recommendations[0]
+    assert rec.settings["num_workers"] >= 1
+
+    def with_advice(name):  # the same run with the recommended DataLoader settings
+        model, train, val = heavier(name)
+        loader = torch.utils.data.DataLoader(train.dataset, batch_size=train.batch_size, **rec.settings)
+        return model, loader, val
+
+    scenarios.scenario = with_advice
+    try:
+        _, after = fit_scenario(
+            "input",
+            after_root,
+            max_steps=20,
+            callback_kwargs={"baseline": str(before_root / "bottleneck_report.json")},
+        )
+    finally:
+        scenarios.scenario = original
+    assert after.report is not None
+    comparison = after.report.metrics["comparison"]
+    assert comparison["before"]["primary"] == "input"
+    assert comparison["helped"] is True, comparison
+    assert comparison["step_time_ratio"] < 0.85
+    assert after.report.notes[0].startswith("Compared with") and "helped" in after.report.notes[0]
+
+
+def test_unreadable_baseline_is_a_note_not_an_error(tmp_path: Path) -> None:
+    _, cb = fit_scenario("compute", tmp_path, callback_kwargs={"baseline": str(tmp_path / "nope.json")})
+    assert cb.report is not None
+    assert any("could not be read" in n for n in cb.report.notes)

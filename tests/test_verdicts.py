@@ -96,3 +96,35 @@ def test_out_of_memory_gives_memory_verdict_and_propagates(tmp_path: Path) -> No
     settings = [r["settings"] for r in data["recommendations"]]
     assert {"gradient_checkpointing": True} in settings
     assert {"batch_size": 128, "accumulate_grad_batches": 2} in settings
+
+
+def test_cpu_item_calls_are_low_severity_sync_findings_cross_checked_with_the_trace(tmp_path: Path) -> None:
+    import inspect
+
+    import scenarios
+
+    class Reads(scenarios.Regressor):
+        def training_step(self, batch, batch_idx):  # type: ignore[override]
+            loss = super().training_step(batch, batch_idx)
+            for _ in range(3):
+                loss.item()  # SYNC-LINE
+            return loss
+
+    src, start = inspect.getsourcelines(Reads.training_step)
+    line = start + next(i for i, text in enumerate(src) if "SYNC-LINE" in text)
+    original = scenarios.scenario
+    scenarios.scenario = lambda name: (Reads(dim=512, width=1024, depth=3), *original("compute")[1:])
+    try:
+        _, cb = fit_scenario("compute", tmp_path)
+    finally:
+        scenarios.scenario = original
+    report = cb.report
+    assert report is not None and report.primary == Category.COMPUTE  # free on CPU: not the verdict
+    (site,) = [f for f in report.findings if f.kind == "sync"]
+    assert site.location == f"tests/test_verdicts.py:{line}"
+    assert site.severity.value == "low" and "costs nothing on CPU" in site.summary
+    assert site.evidence["calls_per_step"] == pytest.approx(3.0)
+    check = report.metrics["sync_cross_check"]
+    assert check["hooks_scalar_reads_per_step"] == pytest.approx(3.0)
+    assert check["trace_local_scalar_dense_per_step"] == pytest.approx(3.0)
+    assert any(r.kind == "sync" and f"test_verdicts.py:{line}" in r.detail for r in report.recommendations)
