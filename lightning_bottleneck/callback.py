@@ -533,7 +533,9 @@ class BottleneckCallback(Callback):
         try:
             before = Report.read(str(self.baseline))
         except (OSError, ValueError, KeyError) as err:
-            report.notes.append(f"baseline {self.baseline!s} could not be read ({type(err).__name__}: {err}).")
+            report.notes.append(
+                f"baseline {self.baseline!s} could not be read ({type(err).__name__}: {err})."
+            )
             return
         comparison = compare_runs(before, report)
         report.metrics["comparison"] = comparison
