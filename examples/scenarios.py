@@ -137,12 +137,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("scenario", choices=SCENARIOS, nargs="?", default="input")
     parser.add_argument("--max-steps", type=int, default=25)
     parser.add_argument("--root", default="runs/demo")
+    parser.add_argument("--accelerator", default="cpu", help="cpu (default) or gpu")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     model, train, val = scenario(args.scenario)
     callback = BottleneckCallback(wait=3, warmup=2, active=5)
     trainer = pl.Trainer(
-        accelerator="cpu",
+        accelerator=args.accelerator,
         devices=1,
         max_steps=args.max_steps,
         default_root_dir=f"{args.root}/{args.scenario}",
