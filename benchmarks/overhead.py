@@ -94,6 +94,21 @@ def make_fit(steps: int, variant: str) -> Callable[[], float]:
     return run
 
 
+def hook_cost_ns(n: int = 200_000) -> float:
+    """ns per training step of the always-on path outside the window (timing + sync-tracker step count)."""
+    from lightning_bottleneck.sync_hooks import SyncTracker
+    from lightning_bottleneck.timing import StepTimer
+
+    timer, tracker = StepTimer(), SyncTracker()
+    timer.epoch_start()
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        timer.batch_start()
+        timer.batch_end()
+        tracker.step()
+    return (time.perf_counter_ns() - t0) / n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
@@ -108,11 +123,17 @@ def main() -> None:
         for v in order:
             times[v].append(make_fit(args.steps, v)())
     base = statistics.median(times["bare"])
+    per_step_ms = base / args.steps * 1e3
+    hook_ns = hook_cost_ns()
     print(f"fit of {args.steps} steps (CPU, 1 thread), median of {args.rounds} interleaved rounds")
     print(f"{'variant':<18} {'median s':>9} {'min s':>8} {'vs bare':>8}")
     for v in variants:
         med = statistics.median(times[v])
         print(f"{v:<18} {med:9.3f} {min(times[v]):8.3f} {med / base:8.3f}x")
+    print(
+        f"always-on hooks outside the window: {hook_ns / 1e3:.2f} us per step = "
+        f"{hook_ns / 1e6 / per_step_ms * 100:.3f}% of this run's {per_step_ms:.2f} ms bare step"
+    )
 
 
 if __name__ == "__main__":

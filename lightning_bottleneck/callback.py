@@ -192,7 +192,6 @@ class BottleneckCallback(Callback):
         self._scalar_every = 0
         self._writer: Any = None
         self._rank = 0
-        self._val_paused = False
         self._gather = RankGather(self.gather_timeout)
 
     @property
