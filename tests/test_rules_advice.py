@@ -195,3 +195,15 @@ def test_compute_is_worth_less_once_mixed_precision_is_on() -> None:
     primary, savings = choose_primary(shares, bf16)
     assert primary == Category.SYNC  # only compile's ~25% of 70% is left for compute
     assert savings["compute"] == pytest.approx(0.7 * T.COMPUTE_RECOVERABLE_NO_AMP)
+
+
+def test_attention_advice_only_for_hand_written_attention() -> None:
+    def recs(softmax: float, sdpa: float) -> list[str]:
+        s = TraceSummary(
+            num_steps=5, host_op_long=0.9, extra={"softmax_per_step": softmax, "sdpa_per_step": sdpa}
+        )
+        return [r.title for r in diagnose(Evidence(summaries=[s])).recommendations]
+
+    assert "Use the fused attention kernel" in recs(softmax=12, sdpa=0)
+    assert "Use the fused attention kernel" not in recs(softmax=0, sdpa=0)  # an MLP: nothing to fuse
+    assert "Use the fused attention kernel" not in recs(softmax=12, sdpa=12)  # already fused

@@ -213,15 +213,16 @@ def compute_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendati
                 snippet="model = torch.compile(model)",
             )
         )
-    recs.append(
-        Recommendation(
-            kind="compute",
-            title="Use fused kernels for attention and normalisation",
-            detail="Hand-written attention (softmax(QK^T)V) should call torch.nn.functional.scaled_dot_product_attention.",
-            settings={},
-            snippet="out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
+    if any(f.evidence.get("signature") == "manual_attention" for f in findings):
+        recs.append(
+            Recommendation(
+                kind="compute",
+                title="Use the fused attention kernel",
+                detail="Hand-written attention (softmax(QK^T)V) should call torch.nn.functional.scaled_dot_product_attention.",
+                settings={},
+                snippet="out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
+            )
         )
-    )
     return recs
 
 

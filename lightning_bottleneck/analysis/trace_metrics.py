@@ -413,6 +413,11 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
     s.host_op_short = _share(merge(trace.ts[top_idx[~long_]], trace.end[top_idx[~long_]]), windows, total)
     s.cpu_op_median_us = round(float(np.median(durs)), 3) if durs.size else 0.0
     s.cpu_ops_per_step = float(_in_windows(trace.ts[ops], steps).sum()) / n_steps
+    # Attention written by hand (softmax between matmuls) vs the fused kernel: drives the SDPA advice.
+    softmax = ops & trace.name_mask(lambda n: n in ("aten::softmax", "aten::_softmax"))
+    sdpa = ops & trace.name_mask(lambda n: "scaled_dot_product" in n)
+    s.extra["softmax_per_step"] = float(_in_windows(trace.ts[softmax], steps).sum()) / n_steps
+    s.extra["sdpa_per_step"] = float(_in_windows(trace.ts[sdpa], steps).sum()) / n_steps
     s.extra["top_level_ops_per_step"] = round(top_idx.size / n_steps, 2)
     s.extra["long_host_op_us"] = LONG_HOST_OP_US
 
@@ -442,6 +447,17 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
     for name_id in np.unique(trace.name[phase]):
         key = trace.names[int(name_id)][len(PHASE_PREFIX) :]
         phases[key] = round(_share(_merged(trace, phase & (trace.name == name_id)), windows, total), 6)
+    # The optimizer update has no clean hook boundary in Lightning's automatic optimization (torch's own
+    # ``Optimizer.step#`` span wraps the closure: forward and backward run inside it), so it is derived:
+    # Optimizer.step# time not spent in the labelled training_step / backward phases.
+    opt = (cpu_op | annotation) & (trace.thread == steps.main_thread)
+    opt &= trace.name_mask(lambda n: n.startswith("Optimizer.step#"))
+    if phases and opt.any():
+        labelled = (cpu_op | annotation) & trace.name_mask(
+            lambda n: n in (PHASE_PREFIX + "training_step", PHASE_PREFIX + "backward")
+        )
+        update = subtract(_merged(trace, opt), _merged(trace, labelled))
+        phases["optimizer_step"] = round(_share(update, windows, total), 6)
     s.phases = phases
 
 

@@ -167,6 +167,23 @@ def summary_findings(summary: TraceSummary) -> list[Finding]:
                 },
             )
         )
+    softmax, sdpa = summary.extra.get("softmax_per_step") or 0.0, summary.extra.get("sdpa_per_step") or 0.0
+    if softmax > 0 and sdpa == 0:
+        out.append(
+            Finding(
+                kind="compute",
+                severity=Severity.LOW,
+                summary=(
+                    f"{softmax:.0f} softmax op(s) per step and no fused attention: "
+                    "hand-written attention materialises the full score matrix."
+                ),
+                evidence={
+                    "softmax_per_step": softmax,
+                    "sdpa_per_step": sdpa,
+                    "signature": "manual_attention",
+                },
+            )
+        )
     short = summary.short_kernel_share
     if short is not None and summary.kernels_per_step and short >= T.SHORT_KERNEL_SHARE_MEDIUM:
         out.append(

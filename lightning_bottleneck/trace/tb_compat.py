@@ -28,7 +28,7 @@ def write_trace(raw_json_path: Path, dest: Path) -> Path:
     raw = retag_dataloader_spans(raw_json_path.read_bytes())
     tmp = dest.with_name(dest.name + ".tmp")
     if dest.suffix == ".gz":
-        with gzip.open(tmp, "wb", compresslevel=6) as f:
+        with gzip.open(tmp, "wb", compresslevel=1) as f:  # speed over size: traces are small
             f.write(raw)
     else:
         tmp.write_bytes(raw)
