@@ -29,11 +29,30 @@ def _loader(settings: dict[str, object], cfg: RunConfig) -> str:
     return f"DataLoader({', '.join(args)})"
 
 
+# Offline (a trace alone) the machine's CPUs are unknown: 4 workers is the usual starting point (the
+# PyTorch performance tuning guide's examples; Lightning's own hint suggests up to the CPU count).
+UNKNOWN_CPUS_WORKERS = 4
+
+
 def suggested_workers(cfg: RunConfig) -> int:
-    cpus = cfg.usable_cpus or 1
+    if cfg.usable_cpus is None:
+        return UNKNOWN_CPUS_WORKERS
+    cpus = cfg.usable_cpus
     per_process = max(1, cpus // max(1, cfg.devices_per_node))
     # Leave one core to the training process itself when there is more than one.
     return max(1, min(MAX_SUGGESTED_WORKERS, per_process - 1 if per_process > 1 else 1))
+
+
+def _cpu_sentence(cfg: RunConfig, target: int) -> str:
+    if cfg.usable_cpus is None:
+        return (
+            f"The trace does not say how many CPUs the machine has: start with {target} and stay below the "
+            "CPU count per training process."
+        )
+    shared = f" shared by {cfg.devices_per_node} processes per node" if cfg.devices_per_node > 1 else ""
+    return (
+        f"This process may use {cfg.usable_cpus} CPU(s){shared}; {target} worker(s) leave one for training."
+    )
 
 
 def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
@@ -53,13 +72,7 @@ def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation
                 title=f"Load batches in {target} background worker(s)",
                 detail=(
                     f"The train DataLoader uses num_workers={workers}, so every batch is loaded on the training "
-                    f"process while the model waits. This process may use {cfg.usable_cpus} CPU(s)"
-                    + (
-                        f" shared by {cfg.devices_per_node} processes per node"
-                        if cfg.devices_per_node > 1
-                        else ""
-                    )
-                    + f"; {target} worker(s) leave one for training."
+                    f"process while the model waits. {_cpu_sentence(cfg, target)}"
                 ),
                 settings=settings,
                 snippet=_loader(settings, cfg),
@@ -325,6 +338,9 @@ def config_from_trace(evidence: Evidence) -> RunConfig:
     """Offline, the trace is all there is: device kind and capability come from its deviceProperties."""
     cfg = RunConfig()
     for s in evidence.summaries[:1]:
+        iters = s.extra.get("dataloader_iter") or []
+        if iters and all("SingleProcess" in name for name in iters):
+            cfg.num_workers = 0
         if s.device in ("cuda", "rocm"):
             cfg.accelerator = "cuda"
             cfg.device_name = s.device_name

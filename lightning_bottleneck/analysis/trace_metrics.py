@@ -395,6 +395,10 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
         )
     )
     s.data_wait = _share(_merged(trace, main & (cpu_op | annotation) & dataloader), windows, total)
+    # The iterator class names the loader mode: _SingleProcessDataLoaderIter means num_workers=0.
+    loader_names = {trace.names[int(i)] for i in np.unique(trace.name[main & dataloader])}
+    if loader_names:
+        s.extra["dataloader_iter"] = sorted(n.split("#", 1)[-1].split(".", 1)[0] for n in loader_names)
 
     # top-level ops on the main thread: not nested in another (non-label) op of that thread
     main_ops = np.flatnonzero(main & ops)
