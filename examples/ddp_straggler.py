@@ -13,47 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
-from typing import Any
+import sys
+from pathlib import Path
 
 import lightning.pytorch as pl
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lightning_bottleneck import BottleneckCallback
 
-
-class SlowOnOneRank(Dataset):
-    """Random regression samples; ``__getitem__`` sleeps ``delay_s`` on global rank ``slow_rank`` only."""
-
-    def __init__(self, slow_rank: int, delay_s: float, n: int = 4096, dim: int = 32) -> None:
-        self.slow_rank, self.delay_s, self.n, self.dim = slow_rank, delay_s, n, dim
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        if rank == self.slow_rank and self.delay_s:
-            time.sleep(self.delay_s)
-        g = torch.Generator().manual_seed(i)
-        return torch.rand(self.dim, generator=g), torch.rand(1, generator=g)
-
-
-class MLP(pl.LightningModule):
-    def __init__(self, dim: int = 32) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(dim, 64), nn.ReLU(), nn.Linear(64, 1))
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = nn.functional.mse_loss(self.net(x), y)
-        self.log("train_loss", loss)
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=1e-2)
+from scenarios import Regressor, SlowOnOneRank
 
 
 def main() -> None:
@@ -75,7 +44,9 @@ def main() -> None:
         enable_model_summary=False,
         enable_checkpointing=False,
     )
-    trainer.fit(MLP(), DataLoader(SlowOnOneRank(slow_rank=1, delay_s=args.delay), batch_size=4))
+    trainer.fit(
+        Regressor(width=64, depth=1), DataLoader(SlowOnOneRank(slow_rank=1, delay_s=args.delay), batch_size=4)
+    )
 
 
 if __name__ == "__main__":

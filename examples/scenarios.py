@@ -45,6 +45,23 @@ class SlowDataset(Dataset):
         return x, self.y[i]
 
 
+class SlowOnOneRank(Dataset):
+    """Random regression samples; ``__getitem__`` sleeps ``delay_s`` on global rank ``slow_rank`` only."""
+
+    def __init__(self, slow_rank: int = -1, delay_s: float = 0.0, n: int = 4096, dim: int = 32) -> None:
+        self.slow_rank, self.delay_s, self.n, self.dim = slow_rank, delay_s, n, dim
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        if rank == self.slow_rank and self.delay_s:
+            time.sleep(self.delay_s)
+        g = torch.Generator().manual_seed(i)
+        return torch.rand(self.dim, generator=g), torch.rand(1, generator=g)
+
+
 class Regressor(pl.LightningModule):
     """A small MLP; ``width`` and ``depth`` scale the compute; ``tiny_ops`` adds a Python loop of tiny ops."""
 
@@ -60,7 +77,8 @@ class Regressor(pl.LightningModule):
         layers.append(nn.Linear(d, 1))
         self.net = nn.Sequential(*layers)
         self.tiny_ops = tiny_ops
-        self.scale = nn.Parameter(torch.ones(1))
+        # only a parameter when used: DDP (find_unused_parameters=False) rejects unused parameters
+        self.scale = nn.Parameter(torch.ones(1)) if tiny_ops else None
         self.lr = lr
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,25 @@ if str(EXAMPLES) not in sys.path:  # the scenarios module is shared by examples/
     sys.path.insert(0, str(EXAMPLES))
 
 
+def quiet_trainer(root: Path, callbacks: list, **overrides: object):
+    """A CPU Trainer with no logger, progress bar, model summary or checkpoints (options override)."""
+    import lightning.pytorch as pl
+
+    options: dict = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "default_root_dir": str(root),
+        "callbacks": callbacks,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "logger": False,
+        "num_sanity_val_steps": 0,
+    }
+    options.update(overrides)
+    return pl.Trainer(**options)
+
+
 def fit_scenario(
     name: str,
     root: Path,
@@ -52,7 +71,6 @@ def fit_scenario(
     **trainer_kwargs: object,
 ):
     """Train one of ``examples/scenarios.py``'s models with the callback; return (trainer, callback)."""
-    import lightning.pytorch as pl
     import torch
 
     from lightning_bottleneck import BottleneckCallback
@@ -64,21 +82,10 @@ def fit_scenario(
     kwargs = {"wait": 2, "warmup": 2, "active": 4, "verbose": False}
     kwargs.update(callback_kwargs or {})
     callback = BottleneckCallback(**kwargs)
-    options: dict = {
-        "accelerator": "cpu",
-        "devices": 1,
-        "max_steps": max_steps,
-        "default_root_dir": str(root),
-        "callbacks": [callback],
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "enable_checkpointing": False,
-        "logger": False,
-        "num_sanity_val_steps": 0,
-    }
+    options: dict = {"max_steps": max_steps}
     if val is None:
         options["limit_val_batches"] = 0
     options.update(trainer_kwargs)
-    trainer = pl.Trainer(**options)
+    trainer = quiet_trainer(root, [callback], **options)
     trainer.fit(model, train, val)
     return trainer, callback

@@ -13,7 +13,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck import BottleneckCallback, Category
 
-from conftest import fit_scenario
+from conftest import fit_scenario, quiet_trainer
 
 
 @pytest.mark.parametrize(
@@ -145,16 +145,7 @@ def test_manual_optimization(tmp_path: Path) -> None:
     from scenarios import in_memory
 
     cb = BottleneckCallback(wait=1, warmup=1, active=3, verbose=False)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=8,
-        logger=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[cb],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
+    trainer = quiet_trainer(tmp_path, [cb], max_steps=8)
     trainer.fit(ManualModel(), torch.utils.data.DataLoader(in_memory(2048, 512), batch_size=256))
     assert cb.report is not None and cb.report.primary == Category.COMPUTE
     assert cb.report.steps_profiled == 3
@@ -186,16 +177,7 @@ def test_exception_in_training_step_stops_profiler_and_writes_report(tmp_path: P
             return super().training_step(batch, batch_idx)
 
     cb = BottleneckCallback(wait=1, warmup=1, active=5, verbose=False)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=8,
-        logger=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[cb],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
+    trainer = quiet_trainer(tmp_path, [cb], max_steps=8)
     with pytest.raises(ValueError, match="user bug"):
         trainer.fit(Failing(), torch.utils.data.DataLoader(scenarios.in_memory(256, 32), batch_size=8))
     assert cb._prof is None

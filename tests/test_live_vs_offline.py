@@ -13,7 +13,7 @@ import torch
 
 from lightning_bottleneck.cli import analyze_paths
 
-from conftest import fit_scenario
+from conftest import fit_scenario, quiet_trainer
 
 
 @pytest.mark.parametrize("name", ["input", "overhead", "compute"])
@@ -82,7 +82,6 @@ def test_costly_worker_start_each_epoch_is_an_epoch_stall_with_persistent_worker
 ) -> None:
     import time
 
-    import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
     from lightning_bottleneck import BottleneckCallback
@@ -100,17 +99,7 @@ def test_costly_worker_start_each_epoch_is_an_epoch_stall_with_persistent_worker
         persistent_workers=False,
     )
     cb = BottleneckCallback(wait=1, warmup=1, active=2, verbose=False)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=4,
-        logger=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[cb],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(tmp_path, [cb], max_epochs=4, limit_val_batches=0)
     trainer.fit(scenarios.Regressor(), loader)
     report = cb.report
     assert report is not None

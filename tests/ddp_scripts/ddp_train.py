@@ -10,36 +10,19 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from lightning_bottleneck import BottleneckCallback
 
-
-class Samples(Dataset):
-    """Random samples; ``__getitem__`` sleeps ``delay_s`` on global rank ``slow_rank`` only."""
-
-    def __init__(self, dim: int, slow_rank: int = -1, delay_s: float = 0.0) -> None:
-        self.dim, self.slow_rank, self.delay_s = dim, slow_rank, delay_s
-
-    def __len__(self) -> int:
-        return 4096
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if (
-            self.delay_s
-            and torch.distributed.is_initialized()
-            and torch.distributed.get_rank() == self.slow_rank
-        ):
-            time.sleep(self.delay_s)
-        g = torch.Generator().manual_seed(i)
-        return torch.rand(self.dim, generator=g), torch.rand(1, generator=g)
+from scenarios import Regressor, SlowOnOneRank
 
 
 class FrozenInPractice(pl.LightningModule):
@@ -71,30 +54,15 @@ class FrozenInPractice(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=1e-3)
 
 
-class SmallMLP(pl.LightningModule):
-    def __init__(self, dim: int = 32) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(dim, 64), nn.ReLU(), nn.Linear(64, 1))
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = nn.functional.mse_loss(self.net(x), y)
-        self.log("loss", loss)
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=1e-3)
-
-
 def main(out_dir: str, mode: str) -> None:
     torch.manual_seed(0)
     if mode == "comm":
         model: pl.LightningModule = FrozenInPractice()
-        data = Samples(dim=8)
+        data = SlowOnOneRank(dim=8)
         callback = BottleneckCallback(wait=3, warmup=1, active=3, verbose=True, gather_timeout=60)
     elif mode == "straggler":
-        model = SmallMLP()
-        data = Samples(dim=32, slow_rank=1, delay_s=0.02)
+        model = Regressor(width=64, depth=1)
+        data = SlowOnOneRank(slow_rank=1, delay_s=0.02)
         callback = BottleneckCallback(wait=1, warmup=1, active=3, verbose=True, gather_timeout=60)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
