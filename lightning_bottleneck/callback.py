@@ -171,12 +171,8 @@ class BottleneckCallback(Callback):
         self._active_fit = False
         self._timer = StepTimer()
         self._prof: torch.profiler.profile | None = None
-        self._schedule = torch.profiler.schedule(
-            skip_first=self.skip_first,
-            wait=self.wait,
-            warmup=self.warmup,
-            active=self.active,
-            repeat=self.repeat,
+        self._schedule: Callable[[int], ProfilerAction] = _Schedule(
+            self.skip_first, self.wait, self.warmup, self.active, self.repeat
         )
         self._prof_step = 0
         self._window_done = False
@@ -558,9 +554,43 @@ class BottleneckCallback(Callback):
         self._writer.close()
         self._writer = None
 
-    # ------------------------------------------------------------------ checkpointing
+    # ------------------------------------------------------------------ checkpointing / spawning
     def state_dict(self) -> dict[str, Any]:
         return {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Only the options travel (``ddp_spawn`` pickles callbacks); run state starts fresh in setup."""
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        state["report"] = self.report
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+
+class _Schedule:
+    """``torch.profiler.schedule`` as a picklable object (the torch one is a closure)."""
+
+    def __init__(self, skip_first: int, wait: int, warmup: int, active: int, repeat: int) -> None:
+        self.args = (skip_first, wait, warmup, active, repeat)
+        self._fn = self._build()
+
+    def _build(self) -> Callable[[int], ProfilerAction]:
+        skip_first, wait, warmup, active, repeat = self.args
+        return torch.profiler.schedule(
+            skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat
+        )
+
+    def __call__(self, step: int) -> ProfilerAction:
+        return self._fn(step)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"args": self.args}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.args = state["args"]
+        self._fn = self._build()
 
 
 def _is_oom(exception: BaseException) -> bool:

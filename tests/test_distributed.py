@@ -237,3 +237,21 @@ def test_ddp_straggler_with_slow_dataset_on_rank_1(tmp_path: Path) -> None:
     assert by_rank[1]["primary"] == "input"
     assert by_rank[0]["primary"] == "communication" and by_rank[0]["breakdown"]["communication"] >= 0.5
     assert report["primary"] == "input"
+
+
+def test_ddp_spawn_pickles_the_callback_and_names_the_straggler(tmp_path: Path) -> None:
+    """``ddp_spawn`` pickles callbacks into fresh processes: options travel, run state starts clean."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "spawn_straggler"],
+        env=env,
+        timeout=240,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (path,) = tmp_path.rglob("bottleneck_report.json")
+    report = json.loads(path.read_text())
+    assert report["stragglers"] == [1]
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+    _check_traces(tmp_path, report)

@@ -2,6 +2,7 @@
 
     python tests/ddp_scripts/ddp_train.py OUT_DIR comm        # 32M-parameter embedding, tiny compute
     python tests/ddp_scripts/ddp_train.py OUT_DIR straggler   # only rank 1's dataset is slow
+    python tests/ddp_scripts/ddp_train.py OUT_DIR spawn_straggler   # the same under strategy="ddp_spawn"
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
 """
@@ -60,7 +61,7 @@ def main(out_dir: str, mode: str) -> None:
         model: pl.LightningModule = FrozenInPractice()
         data = SlowOnOneRank(dim=8)
         callback = BottleneckCallback(wait=3, warmup=1, active=3, verbose=True, gather_timeout=60)
-    elif mode == "straggler":
+    elif mode in ("straggler", "spawn_straggler"):
         model = Regressor(width=64, depth=1)
         data = SlowOnOneRank(slow_rank=1, delay_s=0.02)
         callback = BottleneckCallback(wait=1, warmup=1, active=3, verbose=True, gather_timeout=60)
@@ -69,7 +70,9 @@ def main(out_dir: str, mode: str) -> None:
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,
-        strategy=DDPStrategy(find_unused_parameters=True) if mode == "comm" else "ddp",
+        strategy=DDPStrategy(find_unused_parameters=True)
+        if mode == "comm"
+        else ("ddp_spawn" if mode.startswith("spawn") else "ddp"),
         max_steps=8,
         default_root_dir=out_dir,
         callbacks=[callback],
