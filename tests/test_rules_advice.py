@@ -207,3 +207,29 @@ def test_attention_advice_only_for_hand_written_attention() -> None:
     assert "Use the fused attention kernel" in recs(softmax=12, sdpa=0)
     assert "Use the fused attention kernel" not in recs(softmax=0, sdpa=0)  # an MLP: nothing to fuse
     assert "Use the fused attention kernel" not in recs(softmax=12, sdpa=12)  # already fused
+
+
+def test_cuda_memory_pressure_findings() -> None:
+    from lightning_bottleneck.evidence import MemoryStats
+    from lightning_bottleneck.rules import memory_findings
+
+    gib = 1 << 30
+    full = Evidence(
+        memory=MemoryStats(device_total=80 * gib, peak_allocated=70 * gib, peak_reserved=75 * gib)
+    )
+    retries = Evidence(memory=MemoryStats(device_total=80 * gib, peak_reserved=40 * gib, num_alloc_retries=3))
+    fine = Evidence(memory=MemoryStats(device_total=80 * gib, peak_reserved=40 * gib))
+    (high,) = memory_findings(full)
+    assert high.severity.value == "high" and "94%" in high.summary
+    (medium,) = memory_findings(retries)
+    assert medium.severity.value == "medium" and medium.evidence["num_alloc_retries"] == 3
+    assert memory_findings(fine) == []
+
+
+def test_too_few_steps_is_unknown(tmp_path) -> None:
+    from conftest import fit_scenario
+
+    _, cb = fit_scenario("compute", tmp_path, max_steps=2)
+    assert cb.report is not None
+    assert cb.report.primary == Category.UNKNOWN
+    assert any("Too few training steps" in n for n in cb.report.notes)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Category, Severity, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.report import Finding
+from lightning_bottleneck.report import Finding, StepTime
 from lightning_bottleneck.rules import thresholds as T
 
 
@@ -75,26 +75,40 @@ class Verdict:
     savings: dict[str, float] = field(default_factory=dict)  # bucket -> estimated recoverable share
 
 
-def share_findings(breakdown: dict[str, float]) -> list[Finding]:
+def share_findings(breakdown: dict[str, float], step_ms: float | None = None) -> list[Finding]:
     out = []
     for rule in SHARE_RULES:
         share = breakdown.get(str(rule.share), 0.0)
         if share < rule.medium:
             continue
         sev = Severity.HIGH if share >= rule.high else Severity.MEDIUM
+        evidence: dict[str, float] = {
+            "share": round(share, 4),
+            "threshold_medium": rule.medium,
+            "threshold_high": rule.high,
+        }
+        amount = ""
+        if step_ms:
+            evidence["ms_per_step"] = round(share * step_ms, 3)
+            amount = f" ({share * step_ms:.1f} ms of a {step_ms:.1f} ms step)"
         out.append(
             Finding(
                 kind=rule.category.value,
                 severity=sev,
-                summary=f"{share:.0%} of step time is {rule.what}.",
-                evidence={
-                    "share": round(share, 4),
-                    "threshold_medium": rule.medium,
-                    "threshold_high": rule.high,
-                },
+                summary=f"{share:.0%} of step time{amount} is {rule.what}.",
+                evidence=evidence,
             )
         )
     return out
+
+
+def median_step_ms(evidence: Evidence) -> float | None:
+    """Median step time from the always-on timing, else from the trace's steps."""
+    samples = list(evidence.timing.step_ms) if evidence.timing and evidence.timing.step_ms else []
+    if not samples and evidence.summaries:
+        samples = list(evidence.summaries[0].step_times_ms)
+    step = StepTime.from_samples(samples)
+    return step.median if step else None
 
 
 def mixed_precision_open(evidence: Evidence) -> bool:
@@ -279,7 +293,7 @@ def classify(
     breakdown: dict[str, float], evidence: Evidence, steps_profiled: int, from_trace: bool
 ) -> Verdict:
     """The verdict for one rank: findings from every rule, and the primary bucket."""
-    findings = share_findings(breakdown)
+    findings = share_findings(breakdown, median_step_ms(evidence))
     for summary in evidence.summaries[:1]:
         findings += summary_findings(summary)
     findings += memory_findings(evidence)
