@@ -228,3 +228,42 @@ def test_cpu_only_shared_trace() -> None:
     s = tm.summarize_trace(load_trace(path))
     assert s.device == "cpu" and s.device_busy is None and s.num_steps == 1
     assert s.rank == 34 and s.cpu_collective > 0.5  # gloo barrier-dominated step
+
+
+def test_one_off_stall_is_set_aside_but_a_recurring_one_is_not(tmp_path: Path) -> None:
+    """A single 20x step (a GC pass, a checkpoint) must not decide the verdict of a 6-step window."""
+
+    def trace(durations_ms: list[float], name: str) -> TraceSummary:
+        events, t = [], 0.0
+        for i, d in enumerate(durations_ms):
+            us = d * 1000
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{i}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t,
+                    "dur": us,
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::mm",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 1,
+                    "dur": us - 2,
+                }
+            )
+            t += us
+        return tm.summarize_trace(load_trace(write_trace(tmp_path / f"{name}.json", events)))
+
+    once = trace([10, 10, 200, 10, 10, 10], "once")
+    assert once.num_steps == 5 and max(once.step_times_ms) < 11
+    assert any("one-off stalls" in n for n in once.extra["notes"])
+    recurring = trace([10, 200, 10, 200, 10, 200], "recurring")  # every other step: the run's real pattern
+    assert recurring.num_steps == 6

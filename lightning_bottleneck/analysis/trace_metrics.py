@@ -50,6 +50,14 @@ MIN_OPTIMIZER_STEPS = 2
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
 PHASE_PREFIX = "bottleneck/"
+#: A step more than this many times the window's median step is a one-off stall, not the run's pattern:
+#: a steady training loop's steps vary by tens of percent, and torch.utils.benchmark flags measurements
+#: whose spread is a fraction of the median as noisy already; 3x is far outside any such spread.
+OUTLIER_STEP_RATIO = 3.0
+#: ... but only when such steps are rare: at most a third of the window (else they are the pattern).
+OUTLIER_MAX_FRACTION = 1.0 / 3.0
+#: Fewer steps than this give no meaningful median to compare against.
+OUTLIER_MIN_STEPS = 3
 VALIDATION_LABEL = PHASE_PREFIX + "validation"  # the callback's label around an in-fit validation loop
 #: record_function labels: never counted as CPU "ops" (old-schema traces record them as Operator).
 LABEL_PREFIXES = (
@@ -187,6 +195,7 @@ def summarize_trace(trace: Trace, source: str | None = None) -> TraceSummary:
         summary.extra["notes"] = list(trace.notes)
         return summary
     steps = _drop_validation_steps(trace, steps)
+    steps = _drop_outlier_steps(steps)
     if trace.has_device_events:
         steps = _align_steps_to_device(trace, steps, launch_ts, launch_end)
     summary.extra["compute_capability"] = _compute_capability(trace)
@@ -264,6 +273,30 @@ def _drop_validation_steps(trace: Trace, steps: _Steps) -> _Steps:
         return steps
     keep = ~contains
     note = f"{int(contains.sum())} profiled step(s) skipped: the validation loop ran inside them"
+    return _Steps(steps.starts[keep], steps.ends[keep], steps.main_thread, steps.source, [*steps.notes, note])
+
+
+def _drop_outlier_steps(steps: _Steps) -> _Steps:
+    """A few steps far slower than the rest are one-off stalls (a GC pass, a checkpoint, an I/O hiccup).
+
+    Over a window of a handful of steps one such stall would dominate every share and flip the verdict,
+    so steps longer than ``OUTLIER_STEP_RATIO`` x the median step are set aside, as long as they are at
+    most ``OUTLIER_MAX_FRACTION`` of the window (a stall that recurs more often is the run's real pattern).
+    """
+    n = steps.count
+    if n < OUTLIER_MIN_STEPS:
+        return steps
+    durations = steps.ends - steps.starts
+    median = float(np.median(durations))
+    slow = durations > OUTLIER_STEP_RATIO * median
+    if not slow.any() or slow.sum() > OUTLIER_MAX_FRACTION * n:
+        return steps
+    worst = float(durations[slow].max())
+    note = (
+        f"{int(slow.sum())} profiled step(s) set aside as one-off stalls: up to {worst / 1000.0:.1f} ms "
+        f"against a median of {median / 1000.0:.1f} ms (over {OUTLIER_STEP_RATIO:g}x the median)"
+    )
+    keep = ~slow
     return _Steps(steps.starts[keep], steps.ends[keep], steps.main_thread, steps.source, [*steps.notes, note])
 
 
