@@ -450,47 +450,38 @@ def test_bottleneck_callback_restores_after_exception(saved: list[tuple[Any, Any
     assert_restored(saved)
 
 
-# --- GPU
-class GpuBoundItemModule(pl.LightningModule):
-    """Big matmuls (GPU-bound) and ``loss.item()`` every step."""
+# --- GPU (the model and its sizing live in examples/gpu_sync_item.py, shared with the example)
+def _fit_gpu(tmp_path: Path, read_loss: bool) -> Any:
+    from gpu_sync_item import fit
 
-    def __init__(self, dim: int = 4096, depth: int = 8) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(*[torch.nn.Linear(dim, dim, bias=False) for _ in range(depth)])
+    return fit(str(tmp_path), read_loss)
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        (x,) = batch
-        loss = self.net(x).float().pow(2).mean()
-        self.last = loss.item()  # SYNC:gpu_item
-        return loss
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=1e-6)
+def _example_loc(tag: str) -> str:
+    import gpu_sync_item
+
+    path = os.path.realpath(gpu_sync_item.__file__)
+    lines = Path(path).read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if f"SYNC:{tag}" in text)
+    return f"{os.path.relpath(path, os.path.realpath(os.getcwd()))}:{line}"
 
 
 @pytest.mark.gpu
 def test_gpu_item_every_step_is_a_sync_verdict(saved: list[tuple[Any, Any]], tmp_path: Path) -> None:
     from lightning_bottleneck.categories import Category
 
-    cb = _bottleneck_callback(tmp_path)
-    data = DataLoader(TensorDataset(torch.randn(64 * 1024, 4096)), batch_size=1024)
-    pl.Trainer(
-        accelerator="cuda",
-        devices=1,
-        max_steps=20,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[cb],
-    ).fit(GpuBoundItemModule(), data)
+    with_read = _fit_gpu(tmp_path / "item", read_loss=True)
     assert_restored(saved)
-    report = cb.report
-    assert report is not None
-    assert report.primary == Category.SYNC, report.to_json()
-    site = next(f for f in report.findings if f.kind == "sync" and f.location == loc("gpu_item"))
+    without = _fit_gpu(tmp_path / "none", read_loss=False)
+    assert with_read is not None and without is not None
+    assert with_read.primary == Category.SYNC, with_read.to_json()
+    assert without.primary != Category.SYNC, without.to_json()
+    assert with_read.breakdown["sync"] > without.breakdown["sync"] + 0.05
+    site = next(f for f in with_read.findings if f.kind == "sync" and f.location == _example_loc("gpu_item"))
     assert site.severity in (Severity.HIGH, Severity.MEDIUM)
     assert site.evidence["calls_per_step"] == pytest.approx(1.0)
+    check = with_read.metrics["sync_cross_check"]
+    assert check["trace_local_scalar_dense_per_step"] >= 1.0 and check["trace_sync_api_calls_per_step"] >= 1.0
 
 
 if __name__ == "__main__":  # pragma: no cover
