@@ -16,6 +16,11 @@ Usage::
 
     python benchmarks/analyze_speed.py [TRACE ...] [--hta-python PATH] [--repeat N]
 
+Large traces: ``--large-mb 256,1024`` generates synthetic traces of those sizes (the steps of
+``--large-src`` repeated, see ``make_large_trace.py``) in a temporary directory and measures only them:
+analyze time and peak memory against ``json.load`` (skipped above ``--json-load-max-mb``), HTA with
+``--hta-large``, and checks that their summaries agree with the source trace's.
+
 Without ``--hta-python`` a venv is created (once) in ``benchmarks/.hta-venv`` with
 ``pip install HolisticTraceAnalysis``; ``--no-hta`` skips that column.
 """
@@ -100,10 +105,20 @@ print(json.dumps({"seconds": dt, "peak_mb": _mem('VmHWM'), "base_mb": base,
 )
 
 
-def _run(python: str, code: str, arg: str, env: dict[str, str] | None = None) -> dict | None:
-    proc = subprocess.run(
-        [python, "-c", code, arg], capture_output=True, text=True, cwd=REPO, env=env, timeout=900
-    )
+def _run(
+    python: str, code: str, arg: str, env: dict[str, str] | None = None, *extra: str, timeout: float = 900
+) -> dict | None:
+    try:
+        proc = subprocess.run(
+            [python, "-c", code, arg, *extra],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return {"error": last[:80]}
@@ -164,19 +179,254 @@ def _traces(args: argparse.Namespace) -> list[Path]:
     return sorted(p for p in DEFAULT_TRACES.rglob("*.json.gz"))
 
 
+# ---- large synthetic traces (--large-mb) ------------------------------------------------------------
+
+# Like ANALYZE, but also writes the per-rank summaries to argv[2] (for the agreement check).
+ANALYZE_LARGE = (
+    _MEM
+    + """
+import json, sys, time
+import lightning_bottleneck.cli as cli
+from lightning_bottleneck.cli import analyze_paths
+import lightning_bottleneck.diagnose
+import numpy.ma
+captured = []
+_summarize = cli.summarize_file
+def _capture(path):
+    s = _summarize(path)
+    captured.append(s)
+    return s
+cli.summarize_file = _capture
+base = _mem('VmRSS')
+t = time.perf_counter()
+report = analyze_paths([sys.argv[1]])
+text = report.to_json()
+dt = time.perf_counter() - t
+peak = _mem('VmHWM')
+with open(sys.argv[2], 'w') as fh:
+    json.dump([s.to_dict() for s in captured], fh, default=str)
+print(json.dumps({"seconds": dt, "peak_mb": peak, "base_mb": base, "primary": report.primary.value}))
+"""
+)
+
+#: json.load's peak is roughly this many times the JSON text (dicts, str, the raw bytes): used to skip it
+#: when the machine could not hold it.
+JSON_LOAD_MEM_FACTOR = 10.0
+#: Fields whose value depends on where the trace *ends*, not on the steps: expected to move slightly when
+#: copies are concatenated (see the agreement check's notes).
+BOUNDARY_FIELDS = ("idle_host_wait", "idle_kernel_wait")
+BOUNDARY_EXTRA = ("gpu_window",)
+AGREE_TOL = 1e-6
+
+
+def _mem_available_mb() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("inf")
+
+
+def _numeric_leaves(value: object, prefix: str = "") -> dict[str, float]:
+    """Flatten nested dicts to ``a.b.c -> number`` (bools and non-numbers left out)."""
+    out: dict[str, float] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.update(_numeric_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out[prefix] = float(value)
+    return out
+
+
+def _agreement(orig: dict, large: dict, copies: int) -> list[str]:
+    """Compare the large trace's summary with the source's: per-step metrics must not move."""
+    lines = []
+    n0, n1 = orig["num_steps"], large["num_steps"]
+    ok_n = n1 == n0 * copies
+    lines.append(f"num_steps {n1} {'=' if ok_n else '!='} {copies} x {n0}: {'OK' if ok_n else 'MISMATCH'}")
+    ok_t = large["step_times_ms"] == orig["step_times_ms"] * copies
+    lines.append(f"step_times_ms = source's repeated {copies}x: {'OK' if ok_t else 'MISMATCH'}")
+    skip = {"source", "num_steps", "step_times_ms", "extra", *BOUNDARY_FIELDS}
+    a = _numeric_leaves({k: v for k, v in orig.items() if k not in skip})
+    b = _numeric_leaves({k: v for k, v in large.items() if k not in skip})
+    ea = _numeric_leaves({k: v for k, v in orig["extra"].items() if k not in BOUNDARY_EXTRA}, "extra")
+    eb = _numeric_leaves({k: v for k, v in large["extra"].items() if k not in BOUNDARY_EXTRA}, "extra")
+    a.update(ea)
+    b.update(eb)
+    missing = sorted(set(a) ^ set(b))
+    diffs = {k: abs(a[k] - b[k]) for k in set(a) & set(b)}
+    bad = sorted(k for k, d in diffs.items() if d > AGREE_TOL * max(1.0, abs(a[k])))
+    worst = max(diffs.values(), default=0.0)
+    lines.append(
+        f"{len(diffs) - len(bad)}/{len(diffs)} per-step metrics within {AGREE_TOL:g} (max |diff| {worst:.2g})"
+        + (": OK" if not bad and not missing else "")
+    )
+    for k in bad:
+        lines.append(f"  MISMATCH {k}: source {a[k]!r}, large {b[k]!r}")
+    for k in missing:
+        lines.append(f"  MISMATCH {k}: only in {'source' if k in a else 'large'}")
+    for k in ("device_busy", "data_wait", "kernels_per_step"):
+        if k in a and k in b:
+            lines.append(f"  {k}: source {a[k]:.12g}, large {b[k]:.12g}")
+    if all(orig.get(k) is not None and large.get(k) is not None for k in BOUNDARY_FIELDS):
+        s0 = sum(orig[k] for k in BOUNDARY_FIELDS)
+        s1 = sum(large[k] for k in BOUNDARY_FIELDS)
+        moved = large["idle_host_wait"] - orig["idle_host_wait"]
+        lines.append(
+            f"  idle split (boundary-sensitive): host wait {moved:+.2g}, kernel wait "
+            f"{large['idle_kernel_wait'] - orig['idle_kernel_wait']:+.2g}; their sum "
+            f"{'within' if abs(s1 - s0) <= AGREE_TOL else 'NOT within'} {AGREE_TOL:g} ({abs(s1 - s0):.2g})"
+        )
+    for k in BOUNDARY_EXTRA:
+        if k in orig["extra"] or k in large["extra"]:
+            lines.append(
+                f"  extra.{k} (whole window, not per step): source {orig['extra'].get(k)}, large {large['extra'].get(k)}"
+            )
+    return lines
+
+
+def _parse_mb_list(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes in MB like 256,1024, got {text!r}") from None
+
+
+def run_large(args: argparse.Namespace, env: dict[str, str], hta_python: str | None) -> int:
+    """Generate traces of ``--large-mb`` sizes from ``--large-src`` and measure analyze / json.load on them."""
+    sys.path.insert(0, str(HERE))
+    from make_large_trace import make_large_trace  # benchmarks/ is not a package
+
+    src = Path(args.large_src)
+    cols = f"{'trace':24} {'MB':>7} {'steps':>5} {'analyze s':>9} {'json.load s':>11} {'an/json':>7} "
+    cols += f"{'an peak MB':>10} {'peak/JSON MB':>12} {'json peak MB':>12}"
+    if args.hta_large:
+        cols += f" {'HTA s':>7} {'HTA peak MB':>11}"
+    rows: list[str] = []
+    checks: list[tuple[str, list[str]]] = []
+    keep = Path(args.large_dir) if args.large_dir else None
+    tmp = tempfile.TemporaryDirectory(prefix="large-traces-")
+    workdir = keep or Path(tmp.name)
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"free memory: {_mem_available_mb() / 1024:.1f} GiB available; traces in {workdir}", flush=True)
+
+    def measure(label: str, path: Path, size: float, steps_hint: int) -> dict | None:
+        out_json = Path(tmp.name) / f"summary-{label}.json"
+        a = _run(sys.executable, ANALYZE_LARGE, str(path), env, str(out_json), timeout=args.large_timeout)
+        limit_reason = None
+        if size > args.json_load_max_mb:
+            limit_reason = f"skip>{args.json_load_max_mb:g}"
+        elif size * JSON_LOAD_MEM_FACTOR > _mem_available_mb():
+            limit_reason = "skip:RAM"
+        j = None if limit_reason else _run(sys.executable, JSON_LOAD, str(path), timeout=args.large_timeout)
+        h = None
+        if args.hta_large and hta_python:
+            with tempfile.TemporaryDirectory(prefix="hta-", dir=workdir) as hdir:
+                link = Path(hdir) / path.name
+                try:
+                    os.link(path, link)
+                except OSError:
+                    shutil.copy(path, link)
+                h = _run(hta_python, HTA, hdir, timeout=args.large_timeout)
+        ok_a = bool(a) and "error" not in (a or {})
+        ok_j = bool(j) and "error" not in (j or {})
+        ok_h = bool(h) and "error" not in (h or {})
+        a_s = a["seconds"] if ok_a and a else float("nan")
+        a_mem = a["peak_mb"] - a["base_mb"] if ok_a and a else float("nan")
+        j_s = j["seconds"] if ok_j and j else float("nan")
+        j_mem = j["peak_mb"] - j["base_mb"] if ok_j and j else float("nan")
+        summary = json.loads(out_json.read_text())[0] if ok_a and out_json.exists() else None
+        steps = summary["num_steps"] if summary else steps_hint
+        j_cell = f"{j_s:11.2f}" if ok_j else f"{(limit_reason or (j or {}).get('error', 'fails'))[:11]:>11}"
+        jm_cell = f"{j_mem:12.0f}" if ok_j else f"{'-':>12}"
+        ratio = f"{a_s / j_s:7.2f}" if ok_j and ok_a else f"{'-':>7}"
+        row = (
+            f"{label[:24]:24} {size:7.1f} {steps:5d} "
+            + (f"{a_s:9.2f}" if ok_a else f"{'fails':>9}")
+            + f" {j_cell} {ratio} {a_mem:10.0f} {a_mem / size:12.3f} {jm_cell}"
+        )
+        if args.hta_large:
+            if ok_h and h:
+                row += f" {h['seconds']:7.2f} {h['peak_mb'] - h['base_mb']:11.0f}"
+            else:
+                row += f" {((h or {}).get('error') or 'fails')[:7]:>7} {'-':>11}"
+        rows.append(row)
+        print(row, flush=True)
+        if not ok_a and a:
+            print(f"  analyze failed: {a.get('error')}", flush=True)
+        if summary is not None:
+            summary["_primary"] = a["primary"] if a else None
+        return summary
+
+    try:
+        print(cols)
+        print("-" * len(cols), flush=True)
+        orig = measure(f"source ({src.name[:14]})", src, _uncompressed_mb(src), 0)
+        for mb in args.large_mb:
+            path = workdir / f"large_{mb:g}mb_rank0.json"
+            t = time.perf_counter()
+            info = make_large_trace(mb, path, src)
+            gen_s = time.perf_counter() - t
+            print(
+                f"  (generated {path.name}: {info.mb:.1f} MB, {info.copies} copies x {info.steps_per_copy} steps, "
+                f"{info.events:,} events, in {gen_s:.1f} s)",
+                flush=True,
+            )
+            summary = measure(f"synthetic {mb:g} MB", path, info.mb, info.copies * info.steps_per_copy)
+            if orig is not None and summary is not None:
+                lines = _agreement(orig, summary, info.copies)
+                same = orig["_primary"] == summary["_primary"]
+                lines.append(
+                    f"verdict: source {orig['_primary']!r}, large {summary['_primary']!r}: {'same' if same else 'DIFFERENT'}"
+                )
+                checks.append((f"{info.mb:.0f} MB ({info.copies} copies)", lines))
+            if keep is None:
+                path.unlink(missing_ok=True)
+    finally:
+        tmp.cleanup()
+    print(
+        "\nseconds exclude start-up/imports; 'an peak MB' / 'json peak MB' = peak RSS (VmHWM) above the "
+        "post-import baseline; 'peak/JSON MB' = analyze's peak over the uncompressed JSON size; the "
+        f"source row reads the .json.gz itself. json.load is skipped above --json-load-max-mb "
+        f"({args.json_load_max_mb:g}) or when ~{JSON_LOAD_MEM_FACTOR:g}x the JSON would not fit in free RAM."
+    )
+    if checks:
+        print(f"\nagreement of the synthetic traces' summaries with the source's ({src.name}):")
+        for title, lines in checks:
+            print(f"{title}:")
+            for line in lines:
+                print(f"  {line}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("traces", nargs="*", help=f"trace files (default: every *.json.gz in {DEFAULT_TRACES})")
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--no-hta", action="store_true", help="skip the HolisticTraceAnalysis column")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median time, max memory)")
+    large = ap.add_argument_group(
+        "large traces", "synthetic traces made by make_large_trace.py; with --large-mb only this part runs"
+    )
+    large.add_argument("--large-mb", type=_parse_mb_list, default=[], help="sizes to generate, e.g. 256,1024")
+    large.add_argument("--large-src", default=str(DEFAULT_TRACES / "a100_rank3_of8_control.json.gz"))
+    large.add_argument("--large-dir", help="keep the generated traces here (default: a temp dir, deleted)")
+    large.add_argument("--json-load-max-mb", type=float, default=2048, help="skip json.load above this size")
+    large.add_argument("--hta-large", action="store_true", help="also run HTA on them (memory-hungry)")
+    large.add_argument("--large-timeout", type=float, default=1800, help="seconds per measurement")
     args = ap.parse_args(argv)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if args.large_mb:
+        hta = ensure_hta_python(args.hta_python) if args.hta_large and not args.no_hta else None
+        return run_large(args, env, hta)
     traces = _traces(args)
     if not traces:
         print(f"no traces found (looked in {DEFAULT_TRACES})", file=sys.stderr)
         return 2
     hta_python = None if args.no_hta else ensure_hta_python(args.hta_python)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
 
     header = (
         f"{'trace':34} {'MB':>6} {'json.load':>9} {'analyze':>8} {'cli':>6} {'HTA':>7} "

@@ -362,8 +362,9 @@ class _TraceParser:
 
     def _build(self) -> Trace:
         c = self.columns
-        ts = np.frombuffer(c.ts, dtype=np.float64).copy()
-        dur = np.frombuffer(c.dur, dtype=np.float64).copy()
+        # Zero-copy views over the array.array buffers: the columns exist once, never twice.
+        ts = np.frombuffer(c.ts, dtype=np.float64)
+        dur = np.frombuffer(c.dur, dtype=np.float64)
         notes: list[str] = []
         if ts.size and float(ts.max()) > NS_TIMESTAMP_THRESHOLD:
             ts /= 1000.0
@@ -380,14 +381,14 @@ class _TraceParser:
             metadata=self.metadata,
             names=names,
             threads=threads,
-            kind=np.frombuffer(c.kind, dtype=np.int8).copy(),
-            name=np.frombuffer(c.name, dtype=np.int32).copy(),
-            thread=np.frombuffer(c.thread, dtype=np.int32).copy(),
+            kind=np.frombuffer(c.kind, dtype=np.int8),
+            name=np.frombuffer(c.name, dtype=np.int32),
+            thread=np.frombuffer(c.thread, dtype=np.int32),
             ts=ts,
             dur=dur,
-            correlation=np.frombuffer(c.correlation, dtype=np.int64).copy(),
-            external_id=np.frombuffer(c.external_id, dtype=np.int64).copy(),
-            stream=np.frombuffer(c.stream, dtype=np.int64).copy(),
-            device=np.frombuffer(c.device, dtype=np.int64).copy(),
+            correlation=np.frombuffer(c.correlation, dtype=np.int64),
+            external_id=np.frombuffer(c.external_id, dtype=np.int64),
+            stream=np.frombuffer(c.stream, dtype=np.int64),
+            device=np.frombuffer(c.device, dtype=np.int64),
             notes=notes,
         )
