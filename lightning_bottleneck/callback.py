@@ -189,6 +189,7 @@ class BottleneckCallback(Callback):
         self._writer: Any = None
         self._rank = 0
         self._gather = RankGather(self.gather_timeout)
+        self._optimizer_hook: Any = None
 
     @property
     def schedule_length(self) -> int:
@@ -270,6 +271,9 @@ class BottleneckCallback(Callback):
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
             tracker.uninstall()
+        hook, self._optimizer_hook = self._optimizer_hook, None
+        if hook is not None:
+            hook.remove()
         writer, self._writer = self._writer, None
         if writer is not None:
             with contextlib.suppress(Exception):
@@ -295,6 +299,9 @@ class BottleneckCallback(Callback):
 
             self._tracker = SyncTracker(device_type=self._config.accelerator)
             self._tracker.install()
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
         self._gather.setup()  # collective (every rank runs on_train_start): the gather's gloo group
         self._start_profiler(trainer)
 
@@ -364,6 +371,22 @@ class BottleneckCallback(Callback):
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._labels:
             self._close_all()
+
+    @_guarded
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # Lightning calls this inside torch's ``Optimizer.step#`` span, after the closure (forward and
+        # backward) ran: the label opened here covers the update alone and is closed by the optimizer's
+        # step post-hook, still inside that span, so the labels nest.
+        if self._prof is not None and self._recording() and self._optimizer_hook is not None:
+            if self._labels:
+                self._close_all()
+            self._open("optimizer_step")
+
+    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._labels and self._labels[-1].name == LABEL_PREFIX + "optimizer_step":
+            self._labels.pop().__exit__(None, None, None)
 
     @_guarded
     def on_train_batch_end(

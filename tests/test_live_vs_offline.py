@@ -108,3 +108,17 @@ def test_costly_worker_start_each_epoch_is_an_epoch_stall_with_persistent_worker
     assert min(stall.evidence["epoch_start_wait_ms"]) > 250
     assert {"persistent_workers": True} in [r.settings for r in report.recommendations]
     torch.manual_seed(0)
+
+
+def test_phase_labels_nest_inside_torchs_own_spans(tmp_path: Path) -> None:
+    _, cb = fit_scenario("compute", tmp_path, max_steps=10)
+    assert cb.report is not None
+    phases = cb.report.metrics["trace"]["phases"]
+    assert set(phases) == {"data_wait", "training_step", "backward", "optimizer_step"}
+    assert phases["backward"] > phases["optimizer_step"] > 0
+    events = [e for e in _events(cb.report.trace_files[0]) if e.get("ph") == "X"]
+    updates = [e for e in events if e["name"] == "bottleneck/optimizer_step"]
+    steps = [e for e in events if e["name"].startswith("Optimizer.step#")]
+    assert len(updates) == cb.report.steps_profiled
+    for u in updates:  # each update label lies inside one Optimizer.step# span, after the closure ran
+        assert any(s["ts"] <= u["ts"] and u["ts"] + u["dur"] <= s["ts"] + s["dur"] for s in steps)

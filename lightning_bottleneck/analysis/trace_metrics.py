@@ -484,12 +484,12 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
     for name_id in np.unique(trace.name[phase]):
         key = trace.names[int(name_id)][len(PHASE_PREFIX) :]
         phases[key] = round(_share(_merged(trace, phase & (trace.name == name_id)), windows, total), 6)
-    # The optimizer update has no clean hook boundary in Lightning's automatic optimization (torch's own
-    # ``Optimizer.step#`` span wraps the closure: forward and backward run inside it), so it is derived:
-    # Optimizer.step# time not spent in the labelled training_step / backward phases.
+    # Traces without the callback's optimizer_step label (older versions, other tools): derive the update
+    # from torch's ``Optimizer.step#`` span, which in Lightning's automatic optimization wraps the closure
+    # (forward and backward), minus the labelled training_step / backward phases.
     opt = (cpu_op | annotation) & (trace.thread == steps.main_thread)
     opt &= trace.name_mask(lambda n: n.startswith("Optimizer.step#"))
-    if phases and opt.any():
+    if phases and opt.any() and "optimizer_step" not in phases:
         labelled = (cpu_op | annotation) & trace.name_mask(
             lambda n: n in (PHASE_PREFIX + "training_step", PHASE_PREFIX + "backward")
         )
