@@ -233,3 +233,22 @@ def test_too_few_steps_is_unknown(tmp_path) -> None:
     assert cb.report is not None
     assert cb.report.primary == Category.UNKNOWN
     assert any("Too few training steps" in n for n in cb.report.notes)
+
+
+def test_cgroup_cpu_quota_is_read_from_v2_and_v1_files(tmp_path) -> None:
+    from lightning_bottleneck.cpus import cgroup_cpu_quota, usable_cpus
+
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(v2) is None
+    (v2 / "cpu.max").write_text("250000 100000\n")
+    assert cgroup_cpu_quota(v2) == pytest.approx(2.5)
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota(tmp_path / "v1") is None
+    (v1 / "cpu.cfs_quota_us").write_text("400000\n")
+    assert cgroup_cpu_quota(tmp_path / "v1") == pytest.approx(4.0)
+    assert 1 <= usable_cpus() <= (__import__("os").cpu_count() or 1)

@@ -58,7 +58,10 @@ OUTLIER_STEP_RATIO = 3.0
 OUTLIER_MAX_FRACTION = 1.0 / 3.0
 #: Fewer steps than this give no meaningful median to compare against.
 OUTLIER_MIN_STEPS = 3
-VALIDATION_LABEL = PHASE_PREFIX + "validation"  # the callback's label around an in-fit validation loop
+VALIDATION_LABEL = PHASE_PREFIX + "validation"
+#: Device work that starts within this of a gap's end is what ended the gap (float rounding of
+#: microsecond timestamps with nanosecond fractions).
+GAP_END_TOLERANCE_US = 1e-3  # the callback's label around an in-fit validation loop
 #: record_function labels: never counted as CPU "ops" (old-schema traces record them as Operator).
 LABEL_PREFIXES = (
     PROFILER_STEP_PREFIX,
@@ -584,6 +587,9 @@ def _idle_split(
     starts = trace.ts[idx]
     nxt = np.searchsorted(starts, gaps.ends, side="left")
     has_next = nxt < idx.size
+    # Only work that starts where the gap ends ends it; a gap cut by the end of the analysed window is
+    # judged without looking past the window (else the next, unanalysed step would decide it).
+    has_next[has_next] &= starts[nxt[has_next]] <= gaps.ends[has_next] + GAP_END_TOLERANCE_US
     next_launch = np.full(len(gaps), np.nan)
     next_launch[has_next] = launch_ts[idx[nxt[has_next]]]
     length = gaps.ends - gaps.starts
