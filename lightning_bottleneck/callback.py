@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_bottleneck.diagnose import diagnose
@@ -201,7 +202,7 @@ class BottleneckCallback(Callback):
             f"BottleneckCallback disabled itself after an internal error ({why}); training goes on."
         )
         self._disabled = True
-        self._release(export=False)
+        self._release()
 
     # ------------------------------------------------------------------ setup / teardown
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -233,7 +234,7 @@ class BottleneckCallback(Callback):
             if self._active_fit and not self._finalized and not self._disabled:
                 self._finalize(trainer, pl_module)
         finally:
-            self._release(export=False)
+            self._release()
             self._gather.teardown()
             self._active_fit = False
 
@@ -252,28 +253,19 @@ class BottleneckCallback(Callback):
         except Exception as err:
             rank_zero_warn(f"BottleneckCallback could not write its report after the error: {err}")
         finally:
-            self._release(export=False)
+            self._release()
 
-    def _release(self, export: bool) -> None:
-        """Undo everything: close labels, stop the profiler, restore patched functions."""
+    def _release(self) -> None:
+        """Undo everything: close labels, stop the profiler (discarding a partial window), unpatch."""
         while self._labels:
             label = self._labels.pop()
             with contextlib.suppress(Exception):
                 label.__exit__(None, None, None)
-        prof, self._prof = self._prof, None
-        if prof is not None:
-            try:
-                if not export:
-                    prof.on_trace_ready = None
-                prof.stop()
-            except Exception:
-                pass
+        with contextlib.suppress(Exception):
+            self._stop_profiler(save=False)
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
             tracker.uninstall()
-        hook, self._optimizer_hook = self._optimizer_hook, None
-        if hook is not None:
-            hook.remove()
         writer, self._writer = self._writer, None
         if writer is not None:
             with contextlib.suppress(Exception):
@@ -299,9 +291,6 @@ class BottleneckCallback(Callback):
 
             self._tracker = SyncTracker(device_type=self._config.accelerator)
             self._tracker.install()
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        self._optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
         self._gather.setup()  # collective (every rank runs on_train_start): the gather's gloo group
         self._start_profiler(trainer)
 
@@ -319,6 +308,19 @@ class BottleneckCallback(Callback):
         )
         self._prof.start()
         self._prof_step = 0
+        # Lives only as long as the profiler: closes the optimizer_step label (see on_before_optimizer_step).
+        self._optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
+
+    def _stop_profiler(self, save: bool) -> None:
+        """Stop the profiler (``save``: export a partial active window) and remove its optimizer hook."""
+        hook, self._optimizer_hook = self._optimizer_hook, None
+        if hook is not None:
+            hook.remove()
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            if not save:
+                prof.on_trace_ready = None
+            prof.stop()
 
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
         assert self._trace_dir is not None
@@ -379,7 +381,7 @@ class BottleneckCallback(Callback):
         # Lightning calls this inside torch's ``Optimizer.step#`` span, after the closure (forward and
         # backward) ran: the label opened here covers the update alone and is closed by the optimizer's
         # step post-hook, still inside that span, so the labels nest.
-        if self._prof is not None and self._recording() and self._optimizer_hook is not None:
+        if self._prof is not None and self._recording():
             if self._labels:
                 self._close_all()
             self._open("optimizer_step")
@@ -407,8 +409,7 @@ class BottleneckCallback(Callback):
         self._prof_step += 1
         self._prof.step()
         if self._prof_step >= self.schedule_length:
-            prof, self._prof = self._prof, None
-            prof.stop()
+            self._stop_profiler(save=True)
             self._window_done = True
         elif self._recording():
             self._open("data_wait")
@@ -464,8 +465,7 @@ class BottleneckCallback(Callback):
                     f"(skip_first={self.skip_first}, wait={self.wait}, warmup={self.warmup}, "
                     f"active={self.active}) completed; lower wait/warmup for short runs."
                 )
-            prof, self._prof = self._prof, None
-            prof.stop()  # saves a partial active window, if any
+            self._stop_profiler(save=True)  # saves a partial active window, if any
         sites = []
         if self._tracker is not None:
             sites = self._tracker.sites()

@@ -10,6 +10,7 @@ from array import array
 from time import perf_counter
 
 from lightning_bottleneck.evidence import TimingStats
+from lightning_bottleneck.report import percentile
 
 DEFAULT_CAPACITY = 4096  # ~64 KiB of doubles; enough for stable median/p90 and rolling shares
 
@@ -33,8 +34,12 @@ class _Ring:
         return list(self.buf[i:]) + list(self.buf[:i])
 
     def last(self, k: int) -> list[float]:
-        vals = self.values()
-        return vals[-k:]
+        """The most recent ``k`` values, oldest first, without copying the whole buffer."""
+        k = min(k, self.n, self.capacity)
+        end = self.n % self.capacity
+        if k <= end:
+            return list(self.buf[end - k : end])
+        return list(self.buf[self.capacity - (k - end) :]) + list(self.buf[:end])
 
 
 class StepTimer:
@@ -101,8 +106,7 @@ class StepTimer:
         if not steps:
             return 0.0, 0.0
         total = sum(steps)
-        s = sorted(steps)
-        return s[len(s) // 2], (sum(waits) / total if total > 0 else 0.0)
+        return percentile(sorted(steps), 50.0), (sum(waits) / total if total > 0 else 0.0)
 
     def stats(self, samples_per_step: float | None = None) -> TimingStats:
         steps = self.step_ms.values()

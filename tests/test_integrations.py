@@ -85,11 +85,21 @@ def test_env_var_options_are_parsed() -> None:
         parse_options("wait")
 
 
-def test_env_var_off_imports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_var_off_adds_and_imports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     assert callbacks_from_env() == []
     monkeypatch.setenv(ENV_VAR, "0")
     assert callbacks_from_env() == []
+    # every Trainer calls the factory: without the variable it must not even import the callback
+    probe = (
+        "import sys, lightning.pytorch as pl\n"
+        "pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)\n"
+        "print('lightning_bottleneck.callback' in sys.modules)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != ENV_VAR}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_env_var_adds_the_callback_to_an_unchanged_script(tmp_path: Path) -> None:

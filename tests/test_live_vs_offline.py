@@ -119,6 +119,12 @@ def test_phase_labels_nest_inside_torchs_own_spans(tmp_path: Path) -> None:
     events = [e for e in _events(cb.report.trace_files[0]) if e.get("ph") == "X"]
     updates = [e for e in events if e["name"] == "bottleneck/optimizer_step"]
     steps = [e for e in events if e["name"].startswith("Optimizer.step#")]
-    assert len(updates) == cb.report.steps_profiled
+    assert (
+        len(updates) == cb.active
+    )  # one per recorded step (an outlier step may be set aside in the analysis)
     for u in updates:  # each update label lies inside one Optimizer.step# span, after the closure ran
         assert any(s["ts"] <= u["ts"] and u["ts"] + u["dur"] <= s["ts"] + s["dur"] for s in steps)
+    # the optimizer post-hook lived only as long as the profiling window
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    assert cb._optimizer_hook is None and not _global_optimizer_post_hooks

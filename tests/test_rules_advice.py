@@ -252,3 +252,18 @@ def test_cgroup_cpu_quota_is_read_from_v2_and_v1_files(tmp_path) -> None:
     (v1 / "cpu.cfs_quota_us").write_text("400000\n")
     assert cgroup_cpu_quota(tmp_path / "v1") == pytest.approx(4.0)
     assert 1 <= usable_cpus() <= (__import__("os").cpu_count() or 1)
+
+
+def test_ring_buffer_keeps_the_most_recent_values_without_growing() -> None:
+    from lightning_bottleneck.timing import _Ring
+
+    ring = _Ring(4)
+    for v in range(1, 3):
+        ring.push(float(v))
+    assert ring.values() == [1.0, 2.0] and ring.last(5) == [1.0, 2.0] and ring.last(1) == [2.0]
+    for v in range(3, 11):
+        ring.push(float(v))
+    assert len(ring.buf) == 4
+    assert ring.values() == [7.0, 8.0, 9.0, 10.0]
+    for k in range(0, 6):
+        assert ring.last(k) == ring.values()[len(ring.values()) - min(k, 4) :]
