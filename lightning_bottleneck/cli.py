@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.analysis.core import summarize_file
 from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.compare import compare_runs, render_comparison
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.trace.errors import TraceError
@@ -130,7 +130,7 @@ def analyze_paths(paths: Sequence[str | Path], rank: int | None = None) -> Repor
         raise TraceError(rank, f"no trace for rank {rank} (ranks found: {found})")
     lead = next(s for s in summaries if s.rank == rank)
     for s in summaries:
-        for note in s.extra.get("notes", []):
+        for note in s.notes:
             notes.append(f"rank {s.rank}: {note}")
     evidence = Evidence(
         summaries=summaries,

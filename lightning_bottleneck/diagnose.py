@@ -13,7 +13,7 @@ from typing import Any
 from lightning_bottleneck.advice import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
-from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, CommunicationMetrics, TraceSummary
 from lightning_bottleneck.categories import Category, Severity, Share
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, RankSummary, Report, StepTime
@@ -86,12 +86,8 @@ def diagnose(evidence: Evidence) -> Report:
 
     findings = verdict.findings + sync_site_findings(evidence.sync_sites, median_ms, device)
     findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
-    comm = (
-        summary.extra.get("communication")
-        if summary is not None and isinstance(summary.extra, dict)
-        else None
-    )
-    if comm:
+    comm = summary.communication if summary is not None else None
+    if comm is not None:
         findings = _with_comm_evidence(
             findings, comm, summary.rank if summary and summary.rank is not None else 0
         )
@@ -136,6 +132,8 @@ def _metrics(evidence: Evidence, summary: TraceSummary | None, savings: dict[str
     if summary is not None:
         trace = summary.to_dict()
         trace.pop("step_times_ms", None)
+        # schema_version 1 carried these under ``extra``: mirrored there for readers of older reports
+        trace["extra"] = {**trace["extra"], **{k: trace[k] for k in LEGACY_EXTRA_KEYS}}
         out["trace"] = trace
     if evidence.timing is not None:
         t = evidence.timing
@@ -213,12 +211,10 @@ def _rank_entries(
         extra: dict[str, Any] = {}
         if len(summaries) > 1 and s.step_times_ms:
             extra["own_work_ms"] = round(RankWork(0, _mean(s.step_times_ms), rb).own_ms, 3)
-        comm = s.extra.get("communication") if isinstance(s.extra, dict) else None
-        if comm:
-            extra["communication"] = comm
-        host = s.extra.get("host") if isinstance(s.extra, dict) else None
-        if host:
-            extra["host"] = host
+        if s.communication is not None:
+            extra["communication"] = s.communication.to_dict()
+        if s.host:
+            extra["host"] = s.host
         out.append(
             RankSummary(
                 rank=s.rank if s.rank is not None else 0,
@@ -331,22 +327,23 @@ def _explained(finding: Finding, straggler: int) -> Finding:
     )
 
 
-def _with_comm_evidence(findings: list[Finding], comm: dict[str, Any], rank: int) -> list[Finding]:
+def _with_comm_evidence(findings: list[Finding], comm: CommunicationMetrics, rank: int) -> list[Finding]:
     """Attach this rank's communication metrics to its communication finding (advice reads them)."""
     out = []
     for f in findings:
         if f.kind == Category.COMMUNICATION.value and "collective_ms_per_step" not in f.evidence:
             kinds = ", ".join(
-                f"{k} {v.get('calls_per_step', 0):g}/step {v.get('ms_per_step', 0):.1f} ms"
-                for k, v in (comm.get("by_kind") or {}).items()
+                f"{k} {v.calls_per_step:g}/step {v.ms_per_step:.1f} ms" for k, v in comm.by_kind.items()
             )
-            overlap = comm.get("overlap")
-            detail = f" Rank {rank} waits {comm.get('wait_ms_per_step', 0):.1f} ms per step"
+            overlap = comm.overlap
+            detail = f" Rank {rank} waits {comm.wait_ms_per_step:.1f} ms per step"
             if kinds:
                 detail += f" ({kinds})"
             if overlap is not None:
                 detail += f"; {overlap:.0%} of collective time overlaps its own work"
-            f = Finding(f.kind, f.severity, f.summary + detail + ".", dict(f.evidence, **comm), f.location)
+            f = Finding(
+                f.kind, f.severity, f.summary + detail + ".", dict(f.evidence, **comm.to_dict()), f.location
+            )
         out.append(f)
     return out
 

@@ -199,9 +199,7 @@ def test_compute_is_worth_less_once_mixed_precision_is_on() -> None:
 
 def test_attention_advice_only_for_hand_written_attention() -> None:
     def recs(softmax: float, sdpa: float) -> list[str]:
-        s = TraceSummary(
-            num_steps=5, host_op_long=0.9, extra={"softmax_per_step": softmax, "sdpa_per_step": sdpa}
-        )
+        s = TraceSummary(num_steps=5, host_op_long=0.9, softmax_per_step=softmax, sdpa_per_step=sdpa)
         return [r.title for r in diagnose(Evidence(summaries=[s])).recommendations]
 
     assert "Use the fused attention kernel" in recs(softmax=12, sdpa=0)

@@ -204,7 +204,7 @@ def test_agrees_with_tb_profiler_overview(shared: dict[str, Any]) -> None:
         summary, _ = shared[label]
         mean_step = sum(summary.step_times_ms) / len(summary.step_times_ms)
         assert mean_step == pytest.approx(step_ms, rel=0.01), label
-        assert summary.extra["kernel_busy"] == pytest.approx(gpu_util / 100, abs=PP), label
+        assert summary.kernel_busy == pytest.approx(gpu_util / 100, abs=PP), label
 
 
 def test_shared_traces_are_consistent(shared: dict[str, Any]) -> None:
@@ -264,6 +264,6 @@ def test_one_off_stall_is_set_aside_but_a_recurring_one_is_not(tmp_path: Path) -
 
     once = trace([10, 10, 200, 10, 10, 10], "once")
     assert once.num_steps == 5 and max(once.step_times_ms) < 11
-    assert any("one-off stalls" in n for n in once.extra["notes"])
+    assert any("one-off stalls" in n for n in once.notes)
     recurring = trace([10, 200, 10, 200, 10, 200], "recurring")  # every other step: the run's real pattern
     assert recurring.num_steps == 6

@@ -338,14 +338,14 @@ def config_from_trace(evidence: Evidence) -> RunConfig:
     """Offline, the trace is all there is: device kind and capability come from its deviceProperties."""
     cfg = RunConfig()
     for s in evidence.summaries[:1]:
-        iters = s.extra.get("dataloader_iter") or []
+        iters = s.dataloader_iter
         if iters and all("SingleProcess" in name for name in iters):
             cfg.num_workers = 0
         if s.device in ("cuda", "rocm"):
             cfg.accelerator = "cuda"
             cfg.device_name = s.device_name
-            cc = s.extra.get("compute_capability")
-            if isinstance(cc, list) and cc:
+            cc = s.compute_capability
+            if cc:
                 # bf16 and TF32 tensor cores arrive with Ampere (compute capability 8.0); ROCm reports
                 # the gfx major here, and MI200+ (gfx9 with major >= 9) support bf16.
                 cfg.bf16_supported = cc[0] >= 8

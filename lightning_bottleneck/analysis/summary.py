@@ -1,8 +1,8 @@
 """Per-rank summary of one profiled window: the contract between trace parsing and the rules.
 
 Produced from a Kineto trace by :func:`lightning_bottleneck.analysis.trace_metrics.summarize_trace`
-(offline CLI and live callback alike) and consumed by :mod:`lightning_bottleneck.analysis.breakdown`.
-Pure data: no torch, no lightning.
+(offline CLI and live callback alike) and consumed by :mod:`lightning_bottleneck.analysis.breakdown`,
+the rules, the advice and the CLI: every value they read is a typed field here.
 
 Shares are fractions (0..1) of the *total step time* of the steps analysed (sum of step durations),
 unless the field name says otherwise. ``None`` means "not measurable from this trace" (for example
@@ -57,6 +57,17 @@ class TraceSummary:
     tensor_core_share: float | None = None  # share of kernel time in kernels that use tensor cores
     fp32_gemm_share: float | None = None  # share of kernel time in fp32 (non tensor-core) GEMMs
 
+    # ---- what rules, advice and the CLI read beyond the shares
+    notes: list[str] = field(default_factory=list)  # reader and step notes (what was dropped and why)
+    host: str | None = None  # the machine the rank ran on (live runs)
+    dataloader_iter: list[str] = field(default_factory=list)  # e.g. ["_SingleProcessDataLoaderIter"]
+    softmax_per_step: float = 0.0  # hand-written attention signature ...
+    sdpa_per_step: float = 0.0  # ... vs the fused kernel
+    compute_capability: list[int] | None = None  # [major, minor] of the device
+    kernel_busy: float | None = None  # union of kernel intervals / step time (tb-profiler's GPU util)
+    gpu_window: dict[str, Any] = field(default_factory=dict)  # HTA temporal breakdown of the window
+    communication: CommunicationMetrics | None = None  # None without collectives
+
     # ---- anything else the parser wants to report (shown in evidence tables)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -65,5 +76,69 @@ class TraceSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceSummary:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Inverse of :meth:`to_dict`; also reads summaries whose typed fields still lived in ``extra``."""
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in data.items() if k in known}
+        extra = dict(values.get("extra") or {})
+        for key in LEGACY_EXTRA_KEYS:
+            if key in extra and key not in values:
+                values[key] = extra.pop(key)
+        values["extra"] = extra
+        comm = values.get("communication")
+        if isinstance(comm, dict):
+            values["communication"] = CommunicationMetrics.from_dict(comm)
+        return cls(**values)
+
+
+#: Fields that schema_version 1 reports and rank payloads carried inside ``extra``.
+LEGACY_EXTRA_KEYS = (
+    "notes",
+    "host",
+    "dataloader_iter",
+    "softmax_per_step",
+    "sdpa_per_step",
+    "compute_capability",
+    "kernel_busy",
+    "gpu_window",
+    "communication",
+)
+
+
+@dataclass
+class CollectiveKindMetrics:
+    """One collective kind (all_reduce, all_gather, ...) over the analysed steps."""
+
+    calls_per_step: float = 0.0
+    ms_per_step: float = 0.0
+
+
+@dataclass
+class CommunicationMetrics:
+    """Communication of one rank over its analysed steps (see :mod:`lightning_bottleneck.analysis.communication`).
+
+    Shares are fractions of the summed step time; ``*_ms_per_step`` are per analysed step.
+    """
+
+    source: str  # "nccl/rccl kernels" | "host collective spans"
+    wait_share: float
+    wait_ms_per_step: float
+    wait_in_backward_share: float
+    wait_outside_backward_share: float
+    collective_share: float
+    collective_ms_per_step: float
+    overlap: float | None  # fraction of collective time hidden behind the training thread's own work
+    reducer_copy_share: float
+    by_kind: dict[str, CollectiveKindMetrics] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommunicationMetrics:
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in data.items() if k in known}
+        values["by_kind"] = {
+            k: v if isinstance(v, CollectiveKindMetrics) else CollectiveKindMetrics(**v)
+            for k, v in (values.get("by_kind") or {}).items()
+        }
+        return cls(**values)

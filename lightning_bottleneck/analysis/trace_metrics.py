@@ -1,22 +1,43 @@
 """One trace -> one :class:`TraceSummary`: the analysis core shared by the live callback and the CLI.
 
-Every number is computed on the *analysed steps* of one rank, with vectorised interval arithmetic on the
-columnar :class:`~lightning_bottleneck.trace.model.Trace` (numpy only: no torch, no pandas). The
-definitions, and how they compare with torch-tb-profiler and HolisticTraceAnalysis, are in
-``docs/trace-metrics.md``; the thresholds are the named constants below.
+Every number is computed on the *analysed steps* of one rank (:mod:`lightning_bottleneck.analysis.steps`),
+with vectorised interval arithmetic on the columnar :class:`~lightning_bottleneck.trace.model.Trace`
+(numpy only). The definitions, and how they compare with torch-tb-profiler and HolisticTraceAnalysis, are
+in ``docs/trace-metrics.md``; the thresholds are the named constants below.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
+from lightning_bottleneck.analysis.intervals import EMPTY, Intervals, intersect, merge, subtract, union
+from lightning_bottleneck.analysis.steps import Steps, analysed_steps, launch_times
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.trace.intervals import EMPTY, Intervals, intersect, merge, subtract, union
 from lightning_bottleneck.trace.model import DEVICE_WORK_KINDS, EventKind, Trace
+from lightning_bottleneck.vocabulary import (
+    COLLECTIVE,
+    D2H,
+    DATALOADER_PREFIX,
+    DATAPIPE_PREFIX,
+    DEVICE_COLLECTIVE_ENQUEUE,
+    LABEL_PREFIXES,
+    LOCAL_SCALAR_DENSE,
+    MEMCPY_APIS,
+    NAMESPACE,
+    OPTIMIZER_STEP_PREFIX,
+    PHASE_BACKWARD,
+    PHASE_OPTIMIZER_STEP,
+    PHASE_TRAINING_STEP,
+    PROFILER_STEP_PREFIX,
+    SYNC_APIS,
+    TENSOR_CORE_ELIGIBLE_OPS,
+    is_comm_kernel,
+    is_fp32_gemm,
+    is_gemm_like,
+    uses_tensor_cores,
+)
 
 __all__ = ["gpu_temporal_breakdown", "summarize_trace"]
 
@@ -38,152 +59,19 @@ SHORT_KERNEL_US = 10.0
 #: not caused by a late launch, is the normal back-to-back kernel launch latency ("kernel wait").
 KERNEL_WAIT_US = 30.0
 
-#: torch-tb-profiler drops trailing steps whose device work was not fully captured: a last step with
-#: fewer than this fraction of the previous step's device events (``_update_steps_duration``).
-INCOMPLETE_TAIL_STEP_RATIO = 0.8
-
-#: Minimum number of ``Optimizer.step#`` spans on one thread to delimit steps with them when the trace
-#: has no ``ProfilerStep#N`` markers (two spans give one complete step between them).
-MIN_OPTIMIZER_STEPS = 2
-
-# ---- name vocabularies ------------------------------------------------------------------------------
-
-PROFILER_STEP_PREFIX = "ProfilerStep#"
-PHASE_PREFIX = "bottleneck/"
-#: A step more than this many times the window's median step is a one-off stall, not the run's pattern:
-#: a steady training loop's steps vary by tens of percent, and torch.utils.benchmark flags measurements
-#: whose spread is a fraction of the median as noisy already; 3x is far outside any such spread.
-OUTLIER_STEP_RATIO = 3.0
-#: ... but only when such steps are rare: at most a third of the window (else they are the pattern).
-OUTLIER_MAX_FRACTION = 1.0 / 3.0
-#: Fewer steps than this give no meaningful median to compare against.
-OUTLIER_MIN_STEPS = 3
-VALIDATION_LABEL = PHASE_PREFIX + "validation"
 #: Device work that starts within this of a gap's end is what ended the gap (float rounding of
 #: microsecond timestamps with nanosecond fractions).
-GAP_END_TOLERANCE_US = 1e-3  # the callback's label around an in-fit validation loop
-#: record_function labels: never counted as CPU "ops" (old-schema traces record them as Operator).
-LABEL_PREFIXES = (
-    PROFILER_STEP_PREFIX,
-    "enumerate(DataLoader)",
-    "enumerate(DataPipe)",
-    "Optimizer.step#",
-    "Optimizer.zero_grad#",
-    PHASE_PREFIX,
-    "[pl][profile]",
-)
-SYNC_APIS = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "hipStreamSynchronize",
-        "hipDeviceSynchronize",
-        "hipEventSynchronize",
-    }
-)
-#: Runtime copy calls: they block the host when the copy goes device-to-host.
-MEMCPY_APIS = re.compile(r"^(cuda|hip|cu)Memcpy", re.IGNORECASE)
-D2H = re.compile(r"DtoH|D2H|Device -> (Pageable|Pinned|Host)", re.IGNORECASE)
-LOCAL_SCALAR_DENSE = "aten::_local_scalar_dense"
-#: CPU-side collectives: gloo/NCCL record_function labels, c10d ops, param-comms records, barriers.
-COLLECTIVE = re.compile(r"^(gloo:|nccl:|rccl:|mpi:|c10d::|c10d:|record_param_comms)|barrier", re.IGNORECASE)
-#: Collectives whose CPU-side span only enqueues device work (not a host wait) on GPU traces.
-DEVICE_COLLECTIVE_ENQUEUE = re.compile(r"^(nccl:|rccl:)", re.IGNORECASE)
-#: Communication kernels (NCCL on CUDA, RCCL on ROCm); kernel-name checks below are substring tests on
-#: the lower-cased name (kernel names run to kilobytes of C++ templates: alternation regexes are slow).
-COMM_KERNEL_SIGNATURES = ("nccl", "rccl")
-
-#: Tensor-core kernel signatures: torch-tb-profiler 0.4.3 ``TC_Allowlist`` (from NVIDIA PyProf), plus
-#: the Ampere/Hopper/CUTLASS/flash-attention and ROCm MFMA names that list predates.
-TENSOR_CORE_SIGNATURES = (
-    # tb-profiler / PyProf
-    "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "c1688", "dgrad_1x1_stride_2x2",
-    "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma",
-    # Volta..Blackwell cuBLAS / CUTLASS names
-    "wgmma", "gmma_", "tensorop", "_tc_", "tf32", "bf16gemm", "hgemm", "sm90_", "sm100_",
-    # attention kernels (always tensor cores)
-    "flash_fwd", "flash_bwd", "fmha",
-    # ROCm matrix cores
-    "mfma",
-)  # fmt: skip
-#: ROCm Tensile/hipBLASLt kernels name their matrix-core instruction ``_MI32x32x8`` etc.
-ROCM_MATRIX_INSTRUCTION = re.compile(r"_mi\d+x\d+x\d+")
-#: Ops whose kernels could run on tensor cores: torch-tb-profiler's ``TC_OP_Allowlist`` (the autocast
-#: fp16 list) plus SDPA.
-TENSOR_CORE_ELIGIBLE_OPS = frozenset(
-    {
-        "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_tbc",
-        "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
-        "aten::convolution", "aten::cudnn_convolution", "aten::cudnn_convolution_transpose",
-        "aten::prelu", "aten::addmm", "aten::addmv", "aten::addr", "aten::matmul", "aten::mm",
-        "aten::mv", "aten::linear", "aten::addbmm", "aten::baddbmm", "aten::bmm",
-        "aten::chain_matmul", "aten::linalg_multi_dot", "aten::_thnn_fused_lstm_cell",
-        "aten::_thnn_fused_gru_cell", "aten::lstm_cell", "aten::gru_cell", "aten::rnn_tanh_cell",
-        "aten::rnn_relu_cell", "aten::addmm_", "aten::cudnn_convolution_backward",
-        "aten::cudnn_convolution_backward_input", "aten::cudnn_convolution_backward_weight",
-        "aten::cudnn_convolution_transpose_backward", "aten::convolution_backward",
-        "aten::_scaled_dot_product_attention", "aten::scaled_dot_product_attention",
-        "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
-        "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
-        "aten::_efficient_attention_forward", "aten::_scaled_mm",
-    }
-)  # fmt: skip
-#: Kernel names of GEMM / convolution / attention work (eligible whatever op launched them).
-GEMM_LIKE_SIGNATURES = ("gemm", "gemv", "conv", "cudnn", "cutlass", "attention", "fmha", "flash", "cijk_")
-#: fp32 GEMMs that run on the CUDA cores (no tensor-core signature): cuBLAS ``sgemm`` family, CUTLASS
-#: ``simt`` fp32 kernels, Tensile single-precision (``_SB_``), ``gemmSN``; plus gemm/gemv kernels
-#: templated on ``float`` (checked by :data:`FP32_TEMPLATE`).
-FP32_GEMM_SIGNATURES = ("sgemm", "simt_s", "_sb_", "gemmsn")
-FP32_TEMPLATE = re.compile(r"gem[mv]\w*<[^>]*\bfloat\b")
+GAP_END_TOLERANCE_US = 1e-3
 
 
-def is_comm_kernel(name: str) -> bool:
-    low = name.lower()
-    return any(sig in low for sig in COMM_KERNEL_SIGNATURES)
-
-
-def uses_tensor_cores(name: str) -> bool:
-    low = name.lower()
-    if any(sig in low for sig in TENSOR_CORE_SIGNATURES):
-        return True
-    return "_mi" in low and ROCM_MATRIX_INSTRUCTION.search(low) is not None
-
-
-def is_gemm_like(name: str) -> bool:
-    low = name.lower()
-    return any(sig in low for sig in GEMM_LIKE_SIGNATURES)
-
-
-def is_fp32_gemm(name: str) -> bool:
-    low = name.lower()
-    if any(sig in low for sig in FP32_GEMM_SIGNATURES):
-        return True
-    return "float" in low and FP32_TEMPLATE.search(low) is not None
-
-
-@dataclass
-class _Steps:
-    starts: np.ndarray
-    ends: np.ndarray
-    main_thread: int
-    source: str
-    notes: list[str]
-
-    @property
-    def windows(self) -> Intervals:
-        return merge(self.starts, self.ends)
-
-    @property
-    def count(self) -> int:
-        return int(self.starts.shape[0])
-
-
-def summarize_trace(trace: Trace, source: str | None = None) -> TraceSummary:
-    """Compute every :class:`TraceSummary` field for one rank's trace."""
+def summarize_trace(
+    trace: Trace,
+    source: str | None = None,
+    steps: Steps | None = None,
+    launch: tuple[np.ndarray, np.ndarray] | None = None,
+) -> TraceSummary:
+    """Compute the :class:`TraceSummary` fields of one rank's trace over ``steps`` (by default its
+    :func:`~lightning_bottleneck.analysis.steps.analysed_steps`); ``launch``: its ``launch_times``."""
     summary = TraceSummary(
         rank=trace.rank,
         world_size=trace.world_size,
@@ -191,116 +79,26 @@ def summarize_trace(trace: Trace, source: str | None = None) -> TraceSummary:
         device_name=_device_name(trace),
         source=source if source is not None else str(trace.path),
     )
-    launch_ts, launch_end = _launch_times(trace)
-    steps = _find_steps(trace)
+    launch_ts, launch_end = launch if launch is not None else launch_times(trace)
+    if steps is None:
+        steps = analysed_steps(trace, (launch_ts, launch_end))
     if steps is None:
         summary.step_source = "no host events: nothing to analyse"
-        summary.extra["notes"] = list(trace.notes)
+        summary.notes = list(trace.notes)
         return summary
-    steps = _drop_validation_steps(trace, steps)
-    steps = _drop_outlier_steps(steps)
-    if trace.has_device_events:
-        steps = _align_steps_to_device(trace, steps, launch_ts, launch_end)
-    summary.extra["compute_capability"] = _compute_capability(trace)
+    summary.compute_capability = _compute_capability(trace)
     summary.step_source = steps.source
     summary.num_steps = steps.count
-    durations = steps.ends - steps.starts
+    durations = steps.durations
     summary.step_times_ms = [round(float(d) / 1000.0, 4) for d in durations]
-    total = float(durations.sum())
-    notes = list(trace.notes) + steps.notes
+    total = steps.total
+    summary.notes = list(trace.notes) + list(steps.notes)
     if total <= 0:
-        summary.extra["notes"] = notes
         return summary
     _host_metrics(trace, steps, total, summary)
     if trace.has_device_events:
         _device_metrics(trace, steps, total, launch_ts, summary)
-    summary.extra["notes"] = notes
     return summary
-
-
-# ---- steps ----------------------------------------------------------------------------------------------
-
-
-def _find_steps(trace: Trace) -> _Steps | None:
-    host = np.isin(trace.kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))
-    if not host.any():
-        return None
-    is_step = host & trace.name_mask(lambda n: n.startswith(PROFILER_STEP_PREFIX))
-    if is_step.any():
-        threads, counts = np.unique(trace.thread[is_step], return_counts=True)
-        main = int(threads[np.argmax(counts)])
-        sel = np.flatnonzero(is_step & (trace.thread == main))
-        order = np.argsort(trace.ts[sel], kind="stable")
-        sel = sel[order]
-        return _Steps(trace.ts[sel], trace.end[sel], main, "ProfilerStep", [])
-    main = _busiest_thread(trace, host)
-    opt = host & (trace.thread == main) & trace.name_mask(lambda n: n.startswith("Optimizer.step#"))
-    if int(opt.sum()) >= MIN_OPTIMIZER_STEPS:
-        ends = np.sort(trace.end[opt])
-        return _Steps(
-            ends[:-1],
-            ends[1:],
-            main,
-            f"no ProfilerStep#N markers: {ends.size - 1} step(s) delimited by consecutive "
-            "Optimizer.step# spans on the main thread",
-            [],
-        )
-    sel = host & (trace.thread == main)
-    start, end = float(trace.ts[sel].min()), float(trace.end[sel].max())
-    return _Steps(
-        np.array([start]),
-        np.array([end]),
-        main,
-        "no ProfilerStep#N markers and no repeated Optimizer.step#: the whole traced window of the "
-        f"busiest host thread ({(end - start) / 1000.0:.1f} ms) is analysed as one step",
-        [],
-    )
-
-
-def _drop_validation_steps(trace: Trace, steps: _Steps) -> _Steps:
-    """Steps that contain the callback's ``bottleneck/validation`` label are not training: drop them.
-
-    The validation loader's first fetch happens before any hook can label it, so subtracting the label's
-    span would still count that fetch as training data wait; dropping the whole step is exact.
-    """
-    is_val = (trace.kind == EventKind.USER_ANNOTATION) | (trace.kind == EventKind.CPU_OP)
-    is_val &= trace.name_mask(lambda n: n == VALIDATION_LABEL)
-    if not is_val.any():
-        return steps
-    val_ts = np.sort(trace.ts[is_val])
-    first_after_start = np.searchsorted(val_ts, steps.starts, side="left")
-    contains = (first_after_start < val_ts.size) & (
-        val_ts[np.minimum(first_after_start, val_ts.size - 1)] < steps.ends
-    )
-    if contains.all() or not contains.any():
-        return steps
-    keep = ~contains
-    note = f"{int(contains.sum())} profiled step(s) skipped: the validation loop ran inside them"
-    return _Steps(steps.starts[keep], steps.ends[keep], steps.main_thread, steps.source, [*steps.notes, note])
-
-
-def _drop_outlier_steps(steps: _Steps) -> _Steps:
-    """A few steps far slower than the rest are one-off stalls (a GC pass, a checkpoint, an I/O hiccup).
-
-    Over a window of a handful of steps one such stall would dominate every share and flip the verdict,
-    so steps longer than ``OUTLIER_STEP_RATIO`` x the median step are set aside, as long as they are at
-    most ``OUTLIER_MAX_FRACTION`` of the window (a stall that recurs more often is the run's real pattern).
-    """
-    n = steps.count
-    if n < OUTLIER_MIN_STEPS:
-        return steps
-    durations = steps.ends - steps.starts
-    median = float(np.median(durations))
-    slow = durations > OUTLIER_STEP_RATIO * median
-    if not slow.any() or slow.sum() > OUTLIER_MAX_FRACTION * n:
-        return steps
-    worst = float(durations[slow].max())
-    note = (
-        f"{int(slow.sum())} profiled step(s) set aside as one-off stalls: up to {worst / 1000.0:.1f} ms "
-        f"against a median of {median / 1000.0:.1f} ms (over {OUTLIER_STEP_RATIO:g}x the median)"
-    )
-    keep = ~slow
-    return _Steps(steps.starts[keep], steps.ends[keep], steps.main_thread, steps.source, [*steps.notes, note])
 
 
 def _compute_capability(trace: Trace) -> list[int] | None:
@@ -311,101 +109,12 @@ def _compute_capability(trace: Trace) -> list[int] | None:
     return None
 
 
-def _busiest_thread(trace: Trace, host: np.ndarray) -> int:
-    """The host thread whose ops cover the most wall time."""
-    best, best_cover = 0, -1.0
-    for thread in np.unique(trace.thread[host]):
-        sel = host & (trace.thread == thread)
-        cover = merge(trace.ts[sel], trace.end[sel]).total
-        if cover > best_cover:
-            best, best_cover = int(thread), cover
-    return best
-
-
-def _launch_times(trace: Trace, with_sync: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """For every device event: start/end of the runtime call with the same correlation id (NaN if none)."""
-    n = len(trace)
-    launch_ts = np.full(n, np.nan)
-    launch_end = np.full(n, np.nan)
-    rt = np.flatnonzero((trace.kind == EventKind.RUNTIME) & (trace.correlation >= 0))
-    kinds = (*DEVICE_WORK_KINDS, EventKind.CUDA_SYNC) if with_sync else DEVICE_WORK_KINDS
-    dev = np.flatnonzero(np.isin(trace.kind, kinds) & (trace.correlation >= 0))
-    if rt.size == 0 or dev.size == 0:
-        return launch_ts, launch_end
-    order = np.argsort(trace.correlation[rt], kind="stable")
-    rt_corr = trace.correlation[rt][order]
-    rt_idx = rt[order]
-    pos = np.clip(np.searchsorted(rt_corr, trace.correlation[dev]), 0, rt_corr.size - 1)
-    found = rt_corr[pos] == trace.correlation[dev]
-    launch_ts[dev[found]] = trace.ts[rt_idx[pos[found]]]
-    launch_end[dev[found]] = trace.end[rt_idx[pos[found]]]
-    return launch_ts, launch_end
-
-
-def _align_steps_to_device(
-    trace: Trace, steps: _Steps, launch_ts: np.ndarray, launch_end: np.ndarray
-) -> _Steps:
-    """torch-tb-profiler's step alignment: a step ends when the device work it launched ends.
-
-    A device op belongs to the step whose host span wholly contains its runtime launch call. Step i then
-    runs from max(end of step i-1, its host start) to max(its host end, end of its device work); the first
-    step starts after device work launched before it. Trailing steps whose device work was cut off by the
-    end of the trace are dropped, as torch-tb-profiler does.
-    """
-    dev = np.isin(trace.kind, DEVICE_WORK_KINDS)
-    idx = np.flatnonzero(dev & ~np.isnan(launch_ts))
-    n = steps.count
-    dev_max = np.full(n, -np.inf)
-    dev_min = np.full(n, np.inf)
-    matched = np.zeros(n, dtype=np.int64)
-    step_of = np.searchsorted(steps.starts, launch_ts[idx], side="right") - 1
-    ok = step_of >= 0
-    ok[ok] &= launch_end[idx[ok]] <= steps.ends[step_of[ok]]
-    in_step = idx[ok]
-    s_of = step_of[ok]
-    np.maximum.at(dev_max, s_of, trace.end[in_step])
-    np.minimum.at(dev_min, s_of, trace.ts[in_step])
-    np.add.at(matched, s_of, 1)
-    if not matched.any():
-        return steps
-    prev_end = float(steps.starts[0])
-    if np.isfinite(dev_min[0]):
-        unmatched = np.ones(len(trace), dtype=bool)
-        unmatched[in_step] = False
-        early = dev & unmatched & (trace.end < dev_min[0])
-        if early.any():
-            prev_end = max(prev_end, float(trace.end[early].max()))
-    starts = np.empty(n)
-    ends = np.empty(n)
-    for i in range(n):
-        start = max(prev_end, float(steps.starts[i]))
-        end = float(steps.ends[i]) if matched[i] == 0 else max(float(steps.ends[i]), float(dev_max[i]))
-        end = max(end, start)
-        starts[i], ends[i] = start, end
-        prev_end = end
-    notes = list(steps.notes)
-    source = steps.source
-    keep = n
-    if n > 1:
-        last = int(np.flatnonzero(matched > 0)[-1])
-        keep = last + 1
-        if last > 0 and matched[last - 1] * INCOMPLETE_TAIL_STEP_RATIO > matched[last]:
-            keep = last
-        if keep < n:
-            notes.append(f"dropped the last {n - keep} step(s): the trace ends before their device work does")
-            source = f"{source} (last {n - keep} step(s) dropped: device work cut off by the trace end)"
-    return _Steps(starts[:keep], ends[:keep], steps.main_thread, source, notes)
-
-
 # ---- host side --------------------------------------------------------------------------------------
 
 
-def _in_windows(ts: np.ndarray, steps: _Steps) -> np.ndarray:
+def _in_windows(ts: np.ndarray, steps: Steps) -> np.ndarray:
     """Mask of timestamps falling inside one of the step windows."""
-    i = np.searchsorted(steps.starts, ts, side="right") - 1
-    ok = i >= 0
-    ok[ok] &= ts[ok] < steps.ends[i[ok]]
-    return ok
+    return steps.contains(ts)
 
 
 def _share(iv: Intervals, windows: Intervals, total: float) -> float:
@@ -416,7 +125,7 @@ def _merged(trace: Trace, mask: np.ndarray) -> Intervals:
     return merge(trace.ts[mask], trace.end[mask]) if mask.any() else EMPTY
 
 
-def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) -> None:
+def _host_metrics(trace: Trace, steps: Steps, total: float, s: TraceSummary) -> None:
     windows = steps.windows
     n_steps = steps.count
     main = trace.thread == steps.main_thread
@@ -426,15 +135,14 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
     ops = cpu_op & ~label
     dataloader = trace.name_mask(
         lambda n: (
-            (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__"))
-            or n.startswith("enumerate(DataPipe)#")
+            (n.startswith(DATALOADER_PREFIX) and n.endswith(".__next__")) or n.startswith(DATAPIPE_PREFIX)
         )
     )
     s.data_wait = _share(_merged(trace, main & (cpu_op | annotation) & dataloader), windows, total)
     # The iterator class names the loader mode: _SingleProcessDataLoaderIter means num_workers=0.
     loader_names = {trace.names[int(i)] for i in np.unique(trace.name[main & dataloader])}
     if loader_names:
-        s.extra["dataloader_iter"] = sorted(n.split("#", 1)[-1].split(".", 1)[0] for n in loader_names)
+        s.dataloader_iter = sorted(n.split("#", 1)[-1].split(".", 1)[0] for n in loader_names)
 
     # top-level ops on the main thread: not nested in another (non-label) op of that thread
     main_ops = np.flatnonzero(main & ops)
@@ -456,8 +164,8 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
     # Attention written by hand (softmax between matmuls) vs the fused kernel: drives the SDPA advice.
     softmax = ops & trace.name_mask(lambda n: n in ("aten::softmax", "aten::_softmax"))
     sdpa = ops & trace.name_mask(lambda n: "scaled_dot_product" in n)
-    s.extra["softmax_per_step"] = float(_in_windows(trace.ts[softmax], steps).sum()) / n_steps
-    s.extra["sdpa_per_step"] = float(_in_windows(trace.ts[sdpa], steps).sum()) / n_steps
+    s.softmax_per_step = float(_in_windows(trace.ts[softmax], steps).sum()) / n_steps
+    s.sdpa_per_step = float(_in_windows(trace.ts[sdpa], steps).sum()) / n_steps
     s.extra["top_level_ops_per_step"] = round(top_idx.size / n_steps, 2)
     s.extra["long_host_op_us"] = LONG_HOST_OP_US
 
@@ -482,22 +190,22 @@ def _host_metrics(trace: Trace, steps: _Steps, total: float, s: TraceSummary) ->
     s.cpu_collective = _share(blocked, windows, total)
 
     # phases: our record_function labels
-    phase = (cpu_op | annotation) & trace.name_mask(lambda n: n.startswith(PHASE_PREFIX))
+    phase = (cpu_op | annotation) & trace.name_mask(lambda n: n.startswith(NAMESPACE))
     phases: dict[str, float] = {}
     for name_id in np.unique(trace.name[phase]):
-        key = trace.names[int(name_id)][len(PHASE_PREFIX) :]
+        key = trace.names[int(name_id)][len(NAMESPACE) :]
         phases[key] = round(_share(_merged(trace, phase & (trace.name == name_id)), windows, total), 6)
     # Traces without the callback's optimizer_step label (older versions, other tools): derive the update
     # from torch's ``Optimizer.step#`` span, which in Lightning's automatic optimization wraps the closure
     # (forward and backward), minus the labelled training_step / backward phases.
     opt = (cpu_op | annotation) & (trace.thread == steps.main_thread)
-    opt &= trace.name_mask(lambda n: n.startswith("Optimizer.step#"))
-    if phases and opt.any() and "optimizer_step" not in phases:
+    opt &= trace.name_mask(lambda n: n.startswith(OPTIMIZER_STEP_PREFIX))
+    if phases and opt.any() and PHASE_OPTIMIZER_STEP not in phases:
         labelled = (cpu_op | annotation) & trace.name_mask(
-            lambda n: n in (PHASE_PREFIX + "training_step", PHASE_PREFIX + "backward")
+            lambda n: n in (NAMESPACE + PHASE_TRAINING_STEP, NAMESPACE + PHASE_BACKWARD)
         )
         update = subtract(_merged(trace, opt), _merged(trace, labelled))
-        phases["optimizer_step"] = round(_share(update, windows, total), 6)
+        phases[PHASE_OPTIMIZER_STEP] = round(_share(update, windows, total), 6)
     s.phases = phases
 
 
@@ -514,9 +222,7 @@ def _copies_to_host(trace: Trace) -> np.ndarray:
 # ---- device side --------------------------------------------------------------------------------------
 
 
-def _device_metrics(
-    trace: Trace, steps: _Steps, total: float, launch_ts: np.ndarray, s: TraceSummary
-) -> None:
+def _device_metrics(trace: Trace, steps: Steps, total: float, launch_ts: np.ndarray, s: TraceSummary) -> None:
     windows = steps.windows
     n_steps = steps.count
     kernel = trace.kind == EventKind.KERNEL
@@ -531,7 +237,7 @@ def _device_metrics(
     s.device_busy = busy.total / total
     s.device_compute = compute_iv.total / total
     s.device_idle = max(0.0, 1.0 - s.device_busy)
-    s.extra["kernel_busy"] = intersect(_merged(trace, kernel), windows).total / total
+    s.kernel_busy = intersect(_merged(trace, kernel), windows).total / total
     host_wait, kernel_wait, other = _idle_split(trace, windows, busy, work, launch_ts)
     s.idle_host_wait = host_wait / total
     s.idle_kernel_wait = kernel_wait / total
@@ -565,7 +271,7 @@ def _device_metrics(
     else:
         s.tensor_core_share = s.tensor_core_eligible_share = s.fp32_gemm_share = 0.0
 
-    s.extra["gpu_window"] = _gpu_window(trace, work & _launched_in(launch_ts, steps), compute)
+    s.gpu_window = _gpu_window(trace, work & _launched_in(launch_ts, steps), compute)
 
 
 def _idle_split(
@@ -600,7 +306,7 @@ def _idle_split(
     return float(length[host].sum()), float(length[kern].sum()), float(length[other].sum())
 
 
-def _launched_in(launch_ts: np.ndarray, steps: _Steps) -> np.ndarray:
+def _launched_in(launch_ts: np.ndarray, steps: Steps) -> np.ndarray:
     ok = ~np.isnan(launch_ts)
     out = np.zeros(launch_ts.shape, dtype=bool)
     out[ok] = _in_windows(launch_ts[ok], steps)
@@ -636,7 +342,7 @@ def gpu_temporal_breakdown(trace: Trace) -> dict[str, Any]:
     start of the last ``ProfilerStep`` (it always discards the last step) and divides by the span from
     the first to the last of them. Our own figures (:func:`summarize_trace`) use the analysed steps.
     """
-    launch_ts, _ = _launch_times(trace, with_sync=True)
+    launch_ts, _ = launch_times(trace, with_sync=True)
     kinds = (*DEVICE_WORK_KINDS, EventKind.CUDA_SYNC)
     dev = np.isin(trace.kind, kinds) & ~np.isnan(launch_ts)
     host = np.isin(trace.kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))

@@ -181,7 +181,7 @@ def summary_findings(summary: TraceSummary) -> list[Finding]:
                 },
             )
         )
-    softmax, sdpa = summary.extra.get("softmax_per_step") or 0.0, summary.extra.get("sdpa_per_step") or 0.0
+    softmax, sdpa = summary.softmax_per_step, summary.sdpa_per_step
     if softmax > 0 and sdpa == 0:
         out.append(
             Finding(
