@@ -1,16 +1,17 @@
 """``BottleneckCallback``: profile a window of training steps, classify the bottleneck, advise, report.
 
-The callback only orchestrates; analysis lives in Trainer-free modules (:mod:`lightning_bottleneck.diagnose`
-and below), the same ones the offline ``lightning-bottleneck analyze`` command uses.
+The callback keeps the hooks and the options and delegates: the profiling window to
+:mod:`~lightning_bottleneck.profiler_window`, step timing to :mod:`~lightning_bottleneck.timing`, sync
+tracking to :mod:`~lightning_bottleneck.sync_hooks`, the rank merge to :mod:`~lightning_bottleneck.distributed`,
+the verdict to :func:`~lightning_bottleneck.diagnose.diagnose` (the same Trainer-free analysis the offline
+``lightning-bottleneck analyze`` command runs) and the output to :mod:`~lightning_bottleneck.publishing`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,25 +19,27 @@ from typing import Any, TypeVar
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from torch.optim.optimizer import register_optimizer_step_post_hook
-from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_bottleneck.diagnose import diagnose
-from lightning_bottleneck.distributed import RankGather
+from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.render import render_markdown, render_text
+from lightning_bottleneck.profiler_window import ProfilerWindow, WindowOptions, worker_name
+from lightning_bottleneck.publishing import publish
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.timing import StepTimer
-from lightning_bottleneck.trace.tb_compat import write_trace
+from lightning_bottleneck.vocabulary import (
+    NAMESPACE,
+    PHASE_BACKWARD,
+    PHASE_TRAINING_STEP,
+    PHASE_VALIDATION,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 REPORT_FILENAME = "bottleneck_report.json"
 TRACE_SUBDIR = "bottleneck"  # a run in torch-tb-profiler's run list: <log_dir>/bottleneck
-LABEL_PREFIX = "bottleneck/"
 
 
 def _guarded(fn: F) -> F:
@@ -171,14 +174,18 @@ class BottleneckCallback(Callback):
         self._finalized = False
         self._active_fit = False
         self._timer = StepTimer()
-        self._prof: torch.profiler.profile | None = None
-        self._schedule: Callable[[int], ProfilerAction] = _Schedule(
-            self.skip_first, self.wait, self.warmup, self.active, self.repeat
+        self._window = ProfilerWindow(
+            WindowOptions(
+                skip_first=self.skip_first,
+                wait=self.wait,
+                warmup=self.warmup,
+                active=self.active,
+                repeat=self.repeat,
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+            )
         )
-        self._prof_step = 0
-        self._window_done = False
-        self._labels: list[Any] = []
-        self._trace_files: list[str] = []
         self._trace_dir: Path | None = None
         self._report_file: Path | None = None
         self._config: RunConfig | None = None
@@ -187,10 +194,8 @@ class BottleneckCallback(Callback):
         self._notes: list[str] = []
         self._tracker: Any = None
         self._scalar_every = 0
-        self._writer: Any = None
         self._rank = 0
         self._gather = RankGather(self.gather_timeout)
-        self._optimizer_hook: Any = None
 
     @property
     def schedule_length(self) -> int:
@@ -231,12 +236,16 @@ class BottleneckCallback(Callback):
         if stage != "fit":
             return
         try:
-            if self._active_fit and not self._finalized and not self._disabled:
-                self._finalize(trainer, pl_module)
+            self._finish_fit(trainer, pl_module)
         finally:
             self._release()
             self._gather.teardown()
             self._active_fit = False
+
+    @_guarded
+    def _finish_fit(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._active_fit and not self._finalized:
+            self._finalize(trainer, pl_module)
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
@@ -256,27 +265,18 @@ class BottleneckCallback(Callback):
             self._release()
 
     def _release(self) -> None:
-        """Undo everything: close labels, stop the profiler (discarding a partial window), unpatch."""
-        while self._labels:
-            label = self._labels.pop()
-            with contextlib.suppress(Exception):
-                label.__exit__(None, None, None)
-        with contextlib.suppress(Exception):
-            self._stop_profiler(save=False)
+        """Undo everything, never raising: labels and profiler (a partial window is discarded), patches."""
+        self._window.release()
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
             tracker.uninstall()
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            with contextlib.suppress(Exception):
-                writer.close()
 
     # ------------------------------------------------------------------ training hooks
     @_guarded
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._active_fit:
             return
-        from lightning_bottleneck.probe import environment, run_config
+        from lightning_bottleneck.run_inspection import environment, run_config
 
         self._config = run_config(trainer, pl_module)
         self._env = environment(trainer, self._config)
@@ -292,59 +292,9 @@ class BottleneckCallback(Callback):
             self._tracker = SyncTracker(device_type=self._config.accelerator)
             self._tracker.install()
         self._gather.setup()  # collective (every rank runs on_train_start): the gather's gloo group
-        self._start_profiler(trainer)
-
-    def _start_profiler(self, trainer: pl.Trainer) -> None:
-        activities = [ProfilerActivity.CPU]
-        if trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-        self._prof = torch.profiler.profile(
-            activities=activities,
-            schedule=self._schedule,
-            on_trace_ready=self._on_trace_ready,
-            record_shapes=self.record_shapes,
-            profile_memory=self.profile_memory,
-            with_stack=self.with_stack,
-        )
-        self._prof.start()
-        self._prof_step = 0
-        # Lives only as long as the profiler: closes the optimizer_step label (see on_before_optimizer_step).
-        self._optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
-
-    def _stop_profiler(self, save: bool) -> None:
-        """Stop the profiler (``save``: export a partial active window) and remove its optimizer hook."""
-        hook, self._optimizer_hook = self._optimizer_hook, None
-        if hook is not None:
-            hook.remove()
-        prof, self._prof = self._prof, None
-        if prof is not None:
-            if not save:
-                prof.on_trace_ready = None
-            prof.stop()
-
-    def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
         assert self._trace_dir is not None
-        self._trace_dir.mkdir(parents=True, exist_ok=True)
-        worker = f"{socket.gethostname()}_rank{self._rank}"
-        path = self._trace_dir / f"{worker}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
-        raw = path.with_name(path.name[: -len(".gz")] + ".partial")
-        prof.export_chrome_trace(str(raw))
-        self._trace_files.append(str(write_trace(raw, path)))
-
-    def _recording(self) -> bool:
-        """True while the profiler records (warmup or active) the current step."""
-        if self._prof is None:
-            return False
-        return self._schedule(self._prof_step) != ProfilerAction.NONE
-
-    def _open(self, name: str) -> None:
-        rf = torch.profiler.record_function(LABEL_PREFIX + name)
-        rf.__enter__()
-        self._labels.append(rf)
-
-    def _close_all(self) -> None:
-        while self._labels:
-            self._labels.pop().__exit__(None, None, None)
+        cuda = trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available()
+        self._window.start(self._trace_dir, worker_name(self._rank), cuda)
 
     @_guarded
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -355,73 +305,64 @@ class BottleneckCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._timer.batch_start()
-        if self._labels:  # the data_wait label opened at the previous batch end
-            self._close_all()
-        if self._prof is not None and self._recording():
-            self._open("training_step")
+        window = self._window
+        if window.has_labels:  # the data_wait label opened at the previous batch end
+            window.close_all()
+        if window.prof is not None:
+            window.open(PHASE_TRAINING_STEP)
 
     @_guarded
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
     ) -> None:
-        if self._labels:
-            self._close_all()
-        if self._prof is not None and self._recording():
-            self._open("backward")
+        window = self._window
+        if window.has_labels:
+            window.close_all()
+        if window.prof is not None:
+            window.open(PHASE_BACKWARD)
 
     @_guarded
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._labels:
-            self._close_all()
+        if self._window.has_labels:
+            self._window.close_all()
 
     @_guarded
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        # Lightning calls this inside torch's ``Optimizer.step#`` span, after the closure (forward and
-        # backward) ran: the label opened here covers the update alone and is closed by the optimizer's
-        # step post-hook, still inside that span, so the labels nest.
-        if self._prof is not None and self._recording():
-            if self._labels:
-                self._close_all()
-            self._open("optimizer_step")
-
-    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._labels and self._labels[-1].name == LABEL_PREFIX + "optimizer_step":
-            self._labels.pop().__exit__(None, None, None)
+        if self._window.prof is not None:
+            self._window.open_optimizer_step()
 
     @_guarded
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._timer.batch_end()
-        if self._labels:
-            self._close_all()
+        window = self._window
+        if window.has_labels:
+            window.close_all()
         if self._tracker is not None:
             self._tracker.step()
-        if self._prof is not None:
-            self._advance_profiler()
+        if window.prof is not None and window.advance():
+            self._finish_window(trainer, pl_module)
         if self._scalar_every and self._timer.steps % self._scalar_every == 0:
             self._log_scalars(trainer)
 
-    def _advance_profiler(self) -> None:
-        assert self._prof is not None
-        self._prof_step += 1
-        self._prof.step()
-        if self._prof_step >= self.schedule_length:
-            self._stop_profiler(save=True)
-            self._window_done = True
-        elif self._recording():
-            self._open("data_wait")
+    def _finish_window(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The profiling window just closed and its traces are written; training goes on.
+
+        The seam for work that follows the window (a mid-run verdict, loader and model trials): nothing
+        here yet, the verdict comes at the end of fit.
+        """
 
     def _log_scalars(self, trainer: pl.Trainer) -> None:
         median_ms, wait_share = self._timer.rolling(max(1, self._scalar_every))
         if median_ms <= 0:
             return
-        metrics = {"bottleneck/step_time_ms": median_ms, "bottleneck/data_wait_share": wait_share}
+        metrics = {NAMESPACE + "step_time_ms": median_ms, NAMESPACE + "data_wait_share": wait_share}
         bs = self._config.batch_size if self._config else None
         if bs:
-            metrics["bottleneck/samples_per_sec"] = bs * 1000.0 / median_ms
+            metrics[NAMESPACE + "samples_per_sec"] = bs * 1000.0 / median_ms
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
 
@@ -433,17 +374,18 @@ class BottleneckCallback(Callback):
         self._timer.pause()
         if self._tracker is not None:
             self._tracker.pause()
-        if self._labels:
-            self._close_all()
-        if self._prof is not None and self._recording():
-            self._open("validation")
+        window = self._window
+        if window.has_labels:
+            window.close_all()
+        if window.prof is not None:
+            window.open(PHASE_VALIDATION)
 
     @_guarded
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._active_fit:
             return
-        if self._labels:
-            self._close_all()
+        if self._window.has_labels:
+            self._window.close_all()
         self._timer.resume()
         if self._tracker is not None:
             self._tracker.resume()
@@ -455,27 +397,34 @@ class BottleneckCallback(Callback):
             self._finalize(trainer, pl_module)
 
     def _finalize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gather: bool = True) -> None:
+        """Close the window, build the evidence, diagnose (every rank), publish (global rank zero)."""
         self._finalized = True
-        if self._labels:
-            self._close_all()
-        if self._prof is not None:
-            if not self._window_done:
+        window = self._window
+        if window.has_labels:
+            window.close_all()
+        if window.prof is not None:
+            if not window.done:
                 self._notes.append(
                     f"Training stopped after {self._timer.steps} step(s), before the profiling schedule "
                     f"(skip_first={self.skip_first}, wait={self.wait}, warmup={self.warmup}, "
                     f"active={self.active}) completed; lower wait/warmup for short runs."
                 )
-            self._stop_profiler(save=True)  # saves a partial active window, if any
+            window.stop(save=True)  # saves a partial active window, if any
         sites = []
         if self._tracker is not None:
             sites = self._tracker.sites()
             self._tracker.uninstall()
             self._tracker = None
-        from lightning_bottleneck.probe import memory_stats
+        from lightning_bottleneck.run_inspection import memory_stats
 
-        summaries = self._summaries()
+        own = self._own_summary()
+        summaries = [own] if own is not None else []
+        trace_files = list(window.trace_files)
         if gather:
-            summaries = self._gather_summaries(summaries)
+            merged = merge_rank_summaries(self._gather, self._rank, own, window.trace_files)
+            summaries = merged.summaries
+            trace_files += merged.trace_files
+            self._notes += merged.notes
         evidence = Evidence(
             summaries=summaries,
             timing=self._timer.stats(
@@ -486,7 +435,7 @@ class BottleneckCallback(Callback):
             oom=self._oom,
             config=self._config or RunConfig(),
             environment=self._env,
-            trace_files=list(self._trace_files),
+            trace_files=trace_files,
             notes=self._notes,
             rank=trainer.global_rank,
         )
@@ -494,88 +443,26 @@ class BottleneckCallback(Callback):
         if trainer.is_global_zero:
             self._publish(trainer, self.report)
 
-    def _summaries(self) -> list[Any]:
-        if not self._trace_files:
-            return []
-        from lightning_bottleneck.analysis.core import summarize_file
+    def _own_summary(self) -> Any:
+        """This rank's trace summary: the last cycle's trace (the latest warm state), or None."""
+        if not self._window.trace_files:
+            return None
+        from lightning_bottleneck.analysis.trace_file import summarize_file
 
-        # The last cycle is the most representative (latest warm state).
-        summary = summarize_file(self._trace_files[-1])
+        summary = summarize_file(self._window.trace_files[-1])
         summary.rank = self._rank
-        summary.extra["host"] = socket.gethostname()
-        return [summary]
-
-    def _gather_summaries(self, own: list[Any]) -> list[Any]:
-        """Every rank sends its summary to global rank zero (a no-op for one process); never raises."""
-        if not self._gather.active:
-            return own
-        from lightning_bottleneck.analysis.summary import TraceSummary
-        from lightning_bottleneck.distributed import rank_payload
-
-        try:
-            result = self._gather.gather(rank_payload(self._rank, own[0] if own else None, self._trace_files))
-        except Exception as err:
-            self._notes.append(f"gathering rank summaries failed: {type(err).__name__}: {err}")
-            return own
-        self._notes += result.notes
-        if self._rank != 0:
-            return own
-        out: list[Any] = []
-        for payload in result.payloads:
-            if payload.get("rank") == self._rank:
-                out += own
-                continue
-            if isinstance(payload.get("summary"), dict):
-                out.append(TraceSummary.from_dict(payload["summary"]))
-            else:
-                self._notes.append(
-                    f"rank {payload.get('rank')} profiled no complete window: no trace summary."
-                )
-            self._trace_files += [str(f) for f in payload.get("trace_files") or []]
-        return out
+        summary.host = socket.gethostname()
+        return summary
 
     def _publish(self, trainer: pl.Trainer, report: Report) -> None:
-        if self.baseline is not None:
-            self._compare_with_baseline(report)
-        if self._report_file is not None:
-            report.write(self._report_file)
-        self._write_tensorboard_text(trainer, report)
-        if self.verbose:
-            rank_zero_info(
-                render_text(report) + (f"\n  report: {self._report_file}" if self._report_file else "")
-            )
-
-    def _compare_with_baseline(self, report: Report) -> None:
-        from lightning_bottleneck.compare import compare_runs
-
-        try:
-            before = Report.read(str(self.baseline))
-        except (OSError, ValueError, KeyError) as err:
-            report.notes.append(
-                f"baseline {self.baseline!s} could not be read ({type(err).__name__}: {err})."
-            )
-            return
-        comparison = compare_runs(before, report)
-        report.metrics["comparison"] = comparison
-        report.notes.insert(0, f"Compared with {self.baseline!s}: {comparison['verdict']}")
-
-    def _write_tensorboard_text(self, trainer: pl.Trainer, report: Report) -> None:
-        markdown = render_markdown(report)
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_text("bottleneck/report", markdown, global_step=trainer.global_step)
-                logger.experiment.flush()
-                return
-        # No TensorBoard logger: still put the verdict next to the traces for TensorBoard to show.
-        if self._trace_dir is None:
-            return
-        from torch.utils.tensorboard import SummaryWriter
-
-        self._trace_dir.mkdir(parents=True, exist_ok=True)
-        self._writer = SummaryWriter(log_dir=str(self._trace_dir))
-        self._writer.add_text("bottleneck/report", markdown, global_step=trainer.global_step)
-        self._writer.close()
-        self._writer = None
+        publish(
+            trainer,
+            report,
+            report_file=self._report_file,
+            trace_dir=self._trace_dir,
+            baseline=self.baseline,
+            verbose=self.verbose,
+        )
 
     # ------------------------------------------------------------------ checkpointing / spawning
     def state_dict(self) -> dict[str, Any]:
@@ -590,30 +477,6 @@ class BottleneckCallback(Callback):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
-
-
-class _Schedule:
-    """``torch.profiler.schedule`` as a picklable object (the torch one is a closure)."""
-
-    def __init__(self, skip_first: int, wait: int, warmup: int, active: int, repeat: int) -> None:
-        self.args = (skip_first, wait, warmup, active, repeat)
-        self._fn = self._build()
-
-    def _build(self) -> Callable[[int], ProfilerAction]:
-        skip_first, wait, warmup, active, repeat = self.args
-        return torch.profiler.schedule(
-            skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat
-        )
-
-    def __call__(self, step: int) -> ProfilerAction:
-        return self._fn(step)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"args": self.args}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.args = state["args"]
-        self._fn = self._build()
 
 
 def _is_oom(exception: BaseException) -> bool:

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from lightning_bottleneck.analysis.summary import TraceSummary
+
 DEFAULT_TIMEOUT_S = 120.0
 GROUP_DESC = "lightning_bottleneck_gather"
 _MISSING = re.compile(r"[Rr]anks? ([\d,\s]+?) failed to pass monitoredBarrier")
@@ -139,6 +141,42 @@ def rank_payload(rank: int, summary: Any, trace_files: list[str]) -> dict[str, A
         "summary": summary.to_dict() if summary is not None else None,
         "trace_files": [str(f) for f in trace_files],
     }
+
+
+@dataclass
+class MergedRanks:
+    """Every rank's summary on global rank zero (this rank's own elsewhere), their trace files, notes."""
+
+    summaries: list[TraceSummary]
+    trace_files: list[str] = field(default_factory=list)  # the other ranks' trace files
+    notes: list[str] = field(default_factory=list)
+
+
+def merge_rank_summaries(
+    gather: RankGather, rank: int, own: TraceSummary | None, trace_files: list[str]
+) -> MergedRanks:
+    """Every rank sends its summary to global rank zero (a no-op for one process); never raises."""
+    mine = [own] if own is not None else []
+    if not gather.active:
+        return MergedRanks(mine)
+    try:
+        result = gather.gather(rank_payload(rank, own, trace_files))
+    except Exception as err:
+        return MergedRanks(mine, notes=[f"gathering rank summaries failed: {type(err).__name__}: {err}"])
+    merged = MergedRanks([], notes=list(result.notes))
+    if rank != 0:
+        merged.summaries = mine
+        return merged
+    for payload in result.payloads:
+        if payload.get("rank") == rank:
+            merged.summaries += mine
+            continue
+        if isinstance(payload.get("summary"), dict):
+            merged.summaries.append(TraceSummary.from_dict(payload["summary"]))
+        else:
+            merged.notes.append(f"rank {payload.get('rank')} profiled no complete window: no trace summary.")
+        merged.trace_files += [str(f) for f in payload.get("trace_files") or []]
+    return merged
 
 
 def _missing_from(err: BaseException, world_size: int, rank: int) -> list[int]:

@@ -163,7 +163,23 @@ def test_internal_error_warns_once_disables_and_training_goes_on(tmp_path: Path,
         trainer, cb = fit_scenario("compute", tmp_path, max_steps=6)
     assert sum("disabled itself" in str(w.message) for w in record) == 1
     assert trainer.global_step == 6
-    assert cb._prof is None and cb._tracker is None
+    assert cb._window.prof is None and cb._tracker is None
+    assert not torch._C._autograd._profiler_enabled()
+
+
+def test_internal_error_at_teardown_warns_once_and_fit_returns(tmp_path: Path, monkeypatch) -> None:
+    """teardown goes through the same guard as the other hooks: an internal error there never escapes."""
+
+    def boom(self, *args, **kwargs):
+        raise RuntimeError("boom in finalize")
+
+    monkeypatch.setattr(BottleneckCallback, "on_train_end", lambda self, trainer, pl_module: None)
+    monkeypatch.setattr(BottleneckCallback, "_finalize", boom)
+    with pytest.warns(UserWarning, match="disabled itself") as record:
+        trainer, cb = fit_scenario("compute", tmp_path, max_steps=6)
+    assert sum("disabled itself" in str(w.message) for w in record) == 1
+    assert trainer.global_step == 6 and cb.report is None
+    assert cb._window.prof is None and cb._tracker is None
     assert not torch._C._autograd._profiler_enabled()
 
 
@@ -180,12 +196,12 @@ def test_exception_in_training_step_stops_profiler_and_writes_report(tmp_path: P
     trainer = quiet_trainer(tmp_path, [cb], max_steps=8)
     with pytest.raises(ValueError, match="user bug"):
         trainer.fit(Failing(), torch.utils.data.DataLoader(scenarios.in_memory(256, 32), batch_size=8))
-    assert cb._prof is None
+    assert cb._window.prof is None
     data = json.loads((tmp_path / "bottleneck_report.json").read_text())
     assert any("ValueError" in n for n in data["notes"])
     # nothing left running or registered: profiler off, no optimizer hook
     assert not torch._C._autograd._profiler_enabled()
-    assert cb._optimizer_hook is None
+    assert cb._window.optimizer_hook is None
 
 
 def test_baseline_says_whether_one_change_helped(tmp_path: Path) -> None:

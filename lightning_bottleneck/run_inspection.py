@@ -1,4 +1,4 @@
-"""Read the run's real configuration from a live Trainer (torch + lightning side of the callback)."""
+"""Read the live run's configuration, environment and device memory from the Trainer (torch + lightning)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,193 @@
+"""The profiling window: a ``torch.profiler`` schedule driven step by step, its phase labels, its traces.
+
+:class:`ProfilerWindow` owns everything that exists only while ``torch.profiler`` runs: the profiler,
+the ``bottleneck/<phase>`` record_function labels that mark the training-step phases, the optimizer
+step post-hook that closes the ``optimizer_step`` label, and the export of each finished cycle to a
+gzipped trace TensorBoard's PyTorch Profiler tab reads. The callback tells it when a step starts, a phase
+begins and a step ends; :meth:`ProfilerWindow.release` undoes everything on any path. In the spirit of
+Lightning's ``ScheduleWrapper`` / ``RegisterRecordFunction`` beside ``PyTorchProfiler``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.profiler import ProfilerAction, ProfilerActivity
+
+from lightning_bottleneck.trace.tb_compat import write_trace
+from lightning_bottleneck.vocabulary import PHASE_OPTIMIZER_STEP, label
+
+__all__ = ["ProfilerWindow", "WindowOptions", "worker_name"]
+
+
+@dataclass(frozen=True)
+class WindowOptions:
+    """The callback's window options: ``skip_first`` steps, then ``repeat`` x (wait, warmup, active)."""
+
+    skip_first: int
+    wait: int
+    warmup: int
+    active: int
+    repeat: int
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+
+    @property
+    def length(self) -> int:
+        """Training steps until the last profiled step of the last cycle."""
+        return self.skip_first + self.repeat * (self.wait + self.warmup + self.active)
+
+    def schedule(self) -> Callable[[int], ProfilerAction]:
+        return torch.profiler.schedule(
+            skip_first=self.skip_first,
+            wait=self.wait,
+            warmup=self.warmup,
+            active=self.active,
+            repeat=self.repeat,
+        )
+
+
+class ProfilerWindow:
+    """One fit's profiling window. Not started until :meth:`start`; every method is cheap when idle.
+
+    Example::
+
+        window = ProfilerWindow(WindowOptions(0, 1, 1, 3, 1))
+        window.start(Path("traces"), worker="host_rank0", cuda=False)
+        for batch in loader:
+            window.open("training_step")  # labels only while the profiler records
+            ...
+            window.close_all()
+            if window.advance():  # the schedule just ended: traces are written
+                break
+        window.release()
+    """
+
+    def __init__(self, options: WindowOptions) -> None:
+        self.options = options
+        self._schedule = options.schedule()
+        self.prof: torch.profiler.profile | None = None
+        self.optimizer_hook: Any = None
+        self.step = 0
+        self.done = False
+        self.trace_files: list[str] = []
+        self._labels: list[Any] = []
+        self._trace_dir: Path | None = None
+        self._worker = "rank0"
+
+    # ------------------------------------------------------------------ start / step / stop
+    @property
+    def running(self) -> bool:
+        return self.prof is not None
+
+    def start(self, trace_dir: Path, worker: str, cuda: bool) -> None:
+        """Start the profiler (its schedule decides which steps record) and the optimizer hook."""
+        self._trace_dir = trace_dir
+        self._worker = worker
+        activities = [ProfilerActivity.CPU]
+        if cuda:
+            activities.append(ProfilerActivity.CUDA)
+        self.prof = torch.profiler.profile(
+            activities=activities,
+            schedule=self._schedule,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.options.record_shapes,
+            profile_memory=self.options.profile_memory,
+            with_stack=self.options.with_stack,
+        )
+        self.prof.start()
+        self.step = 0
+        # Lives only as long as the profiler: closes the optimizer_step label (see open_optimizer_step).
+        self.optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
+
+    def recording(self) -> bool:
+        """True while the profiler records (warmup or active) the current step."""
+        if self.prof is None:
+            return False
+        return self._schedule(self.step) != ProfilerAction.NONE
+
+    def advance(self) -> bool:
+        """One training step ended: step the profiler. True when this closed the window (traces written)."""
+        if self.prof is None:
+            return False
+        self.step += 1
+        self.prof.step()
+        if self.step >= self.options.length:
+            self.stop(save=True)
+            self.done = True
+            return True
+        if self.recording():
+            self.open("data_wait")
+        return False
+
+    def stop(self, save: bool) -> None:
+        """Stop the profiler (``save``: export a partial active window) and remove its optimizer hook."""
+        hook, self.optimizer_hook = self.optimizer_hook, None
+        if hook is not None:
+            hook.remove()
+        prof, self.prof = self.prof, None
+        if prof is not None:
+            if not save:
+                prof.on_trace_ready = None
+            prof.stop()
+
+    def release(self) -> None:
+        """Undo everything, never raising: close labels, stop the profiler (discarding a partial window)."""
+        while self._labels:
+            rf = self._labels.pop()
+            with contextlib.suppress(Exception):
+                rf.__exit__(None, None, None)
+        with contextlib.suppress(Exception):
+            self.stop(save=False)
+
+    # ------------------------------------------------------------------ labels
+    @property
+    def has_labels(self) -> bool:
+        return bool(self._labels)
+
+    def open(self, phase: str) -> None:
+        """Open the ``bottleneck/<phase>`` label if the current step is recorded."""
+        if self.prof is not None and self.recording():
+            rf = torch.profiler.record_function(label(phase))
+            rf.__enter__()
+            self._labels.append(rf)
+
+    def close_all(self) -> None:
+        while self._labels:
+            self._labels.pop().__exit__(None, None, None)
+
+    def open_optimizer_step(self) -> None:
+        """Lightning calls ``on_before_optimizer_step`` inside torch's ``Optimizer.step#`` span, after the
+        closure (forward and backward) ran: the label opened here covers the update alone and is closed
+        by the optimizer's step post-hook, still inside that span, so the labels nest."""
+        if self.prof is not None and self.recording():
+            if self._labels:
+                self.close_all()
+            self.open(PHASE_OPTIMIZER_STEP)
+
+    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._labels and self._labels[-1].name == label(PHASE_OPTIMIZER_STEP):
+            self._labels.pop().__exit__(None, None, None)
+
+    # ------------------------------------------------------------------ export
+    def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
+        assert self._trace_dir is not None
+        self._trace_dir.mkdir(parents=True, exist_ok=True)
+        path = self._trace_dir / f"{self._worker}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
+        raw = path.with_name(path.name[: -len(".gz")] + ".partial")
+        prof.export_chrome_trace(str(raw))
+        self.trace_files.append(str(write_trace(raw, path)))
+
+
+def worker_name(rank: int) -> str:
+    """torch-tb-profiler's worker name: ``<host>_rank<N>`` (its run view lists one worker per rank)."""
+    return f"{socket.gethostname()}_rank{rank}"
