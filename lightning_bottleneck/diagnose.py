@@ -26,6 +26,7 @@ from lightning_bottleneck.rules.stragglers import (
     find_stragglers,
 )
 from lightning_bottleneck.rules.sync_sites import sync_share, sync_site_findings
+from lightning_bottleneck.vocabulary import VIA_SCALAR_READS
 
 
 def own_summary(evidence: Evidence) -> TraceSummary | None:
@@ -158,7 +159,7 @@ def sync_cross_check(evidence: Evidence, summary: TraceSummary) -> dict[str, Any
     hooks cannot see (C++ extensions, libraries calling the runtime directly).
     """
     sites = evidence.sync_sites
-    scalar_reads = [s for s in sites if s.via in SCALAR_READS]
+    scalar_reads = [s for s in sites if s.via in VIA_SCALAR_READS]
     return {
         "hooks_calls_per_step": round(sum(s.calls_per_step for s in sites), 3),
         "hooks_scalar_reads_per_step": round(sum(s.calls_per_step for s in scalar_reads), 3),
@@ -167,12 +168,6 @@ def sync_cross_check(evidence: Evidence, summary: TraceSummary) -> dict[str, Any
         "trace_sync_api_calls_per_step": round(summary.sync_api_calls_per_step, 3),
         "trace_sync_api_share": round(summary.sync_api, 4),
     }
-
-
-# Sync APIs that read a device scalar through aten::_local_scalar_dense.
-SCALAR_READS = frozenset(
-    {"Tensor.item", "Tensor.__format__", "Tensor.__bool__", "Tensor.__int__", "Tensor.__float__"}
-)
 
 
 # ---------------------------------------------------------------------------------------------- many ranks

@@ -27,7 +27,14 @@ from typing import Any
 
 import torch
 
-from lightning_bottleneck.analysis.sync_sites import SyncSite
+from lightning_bottleneck.evidence import SyncSite
+from lightning_bottleneck.vocabulary import (
+    TENSOR_COPY_METHODS,
+    TENSOR_READ_METHODS,
+    VIA_ACCELERATOR_SYNCHRONIZE,
+    VIA_CUDA_SYNCHRONIZE,
+    tensor_via,
+)
 
 # Frame kinds (cached per code object).
 _USER = 0  # the user's code: attribution stops here
@@ -62,8 +69,6 @@ _TORCH_IGNORED_PARTS = ("utils/data/", "optim/")
 _PROBE_RESULT = "result_metric"  # _ResultCollection.metrics loop variable (progress-bar values)
 _PROBE_KEY = "k"  # apply_to_collection's dict loop variable (logger values)
 
-_READ_METHODS = ("item", "tolist", "__bool__", "__int__", "__float__")  # no arguments
-_TENSOR_METHODS = ("cpu", "numpy", "__format__", "__repr__")
 _LOG_PARAMS = ("prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "enable_graph", "sync_dist")
 
 
@@ -204,11 +209,6 @@ class SyncTracker:
     def steps(self) -> int:
         return self._steps
 
-    def reset(self) -> None:
-        """Forget the counts and steps (keeps the patches and the remembered ``self.log`` sites)."""
-        self._acc.clear()  # cleared in place: the wrappers hold its ``get``
-        self._steps = 0
-
     def __enter__(self) -> SyncTracker:
         self.install()
         return self
@@ -251,22 +251,20 @@ class SyncTracker:
     # ------------------------------------------------------------------ patching
     def _patch_all(self) -> None:
         cpu_run = self.device_type == "cpu"
-        for name in _READ_METHODS:
+        for name in TENSOR_READ_METHODS:
             self._patch(
-                torch.Tensor, name, self._read_wrapper(getattr(torch.Tensor, name), f"Tensor.{name}", cpu_run)
+                torch.Tensor, name, self._read_wrapper(getattr(torch.Tensor, name), tensor_via(name), cpu_run)
             )
-        for name in _TENSOR_METHODS:
+        for name in TENSOR_COPY_METHODS:
             orig = getattr(torch.Tensor, name)
-            wrapper = self._tensor_wrapper(orig, f"Tensor.{name}", cpu_run, d2h=name == "cpu")
+            wrapper = self._tensor_wrapper(orig, tensor_via(name), cpu_run, d2h=name == "cpu")
             self._patch(torch.Tensor, name, wrapper)
         self._patch(torch.Tensor, "to", self._to_wrapper(torch.Tensor.to, cpu_run))
         self._patch(torch.Tensor, "copy_", self._copy_wrapper(torch.Tensor.copy_))
         cuda = getattr(torch, "cuda", None)
         if cuda is not None:  # attribute access only: patching never initialises CUDA
             if hasattr(cuda, "synchronize"):
-                self._patch(
-                    cuda, "synchronize", self._plain_wrapper(cuda.synchronize, "torch.cuda.synchronize")
-                )
+                self._patch(cuda, "synchronize", self._plain_wrapper(cuda.synchronize, VIA_CUDA_SYNCHRONIZE))
             for cls_name in ("Stream", "Event"):
                 cls = getattr(cuda, cls_name, None)
                 if cls is not None and "synchronize" in cls.__dict__:
@@ -275,7 +273,7 @@ class SyncTracker:
         accel = getattr(torch, "accelerator", None)
         if accel is not None and hasattr(accel, "synchronize"):
             self._patch(
-                accel, "synchronize", self._plain_wrapper(accel.synchronize, "torch.accelerator.synchronize")
+                accel, "synchronize", self._plain_wrapper(accel.synchronize, VIA_ACCELERATOR_SYNCHRONIZE)
             )
         for mod_name in ("lightning.pytorch", "pytorch_lightning"):
             mod = sys.modules.get(mod_name)
@@ -367,6 +365,7 @@ class SyncTracker:
 
     def _to_wrapper(self, orig: Callable[..., Any], cpu_run: bool) -> Callable[..., Any]:
         tracker, depth, perf, getframe = self, self._depth, time.perf_counter_ns, sys._getframe
+        via = tensor_via("to")
         fast_get = self._acc.get
         dtype_cls, device_cls, tensor_cls = torch.dtype, torch.device, torch.Tensor
 
@@ -397,11 +396,11 @@ class SyncTracker:
                 depth.depth = 0
             ns = perf() - t0
             f = getframe(1)
-            acc = fast_get((id(f.f_code), f.f_lineno, "Tensor.to"))
+            acc = fast_get((id(f.f_code), f.f_lineno, via))
             if acc is not None:
                 acc.calls += 1
                 acc.ns += ns
-            elif not tracker._record("Tensor.to", f, ns, cpu_run):
+            elif not tracker._record(via, f, ns, cpu_run):
                 return out
             if cpu_run:
                 tracker._last_d2h_id = id(out)
@@ -413,6 +412,7 @@ class SyncTracker:
     def _copy_wrapper(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         tracker, depth, perf, getframe = self, self._depth, time.perf_counter_ns, sys._getframe
         tensor_cls = torch.Tensor
+        via = tensor_via("copy_")
 
         def copy_(dst: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
             if (
@@ -431,7 +431,7 @@ class SyncTracker:
                 out = orig(dst, src, *args, **kwargs)
             finally:
                 depth.depth = 0
-            tracker._record("Tensor.copy_", getframe(1), perf() - t0)
+            tracker._record(via, getframe(1), perf() - t0)
             return out
 
         copy_.__wrapped__ = orig  # type: ignore[attr-defined]

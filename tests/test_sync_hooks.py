@@ -19,8 +19,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_bottleneck.advice.sync import sync_site_recommendations
-from lightning_bottleneck.analysis.sync_sites import SyncSite
 from lightning_bottleneck.categories import Severity
+from lightning_bottleneck.evidence import SyncSite
 from lightning_bottleneck.rules.sync_sites import CPU_NOTE, sync_share, sync_site_findings
 from lightning_bottleneck.sync_hooks import SyncTracker
 

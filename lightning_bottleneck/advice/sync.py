@@ -8,23 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lightning_bottleneck.analysis.sync_sites import SyncSite
+from lightning_bottleneck.evidence import SyncSite
 from lightning_bottleneck.report import Recommendation
+from lightning_bottleneck.vocabulary import VIA_BOOL, VIA_COPY, VIA_PRINT, VIA_READ, VIA_SYNC
 
 # Lightning's default Trainer(log_every_n_steps=50): reading a value every N steps instead of every step
 # divides the syncs by N (lightning.pytorch.Trainer docs, ``log_every_n_steps``).
 READ_EVERY_N_STEPS = 50
-
-_READ_VIAS = ("Tensor.item", "Tensor.tolist", "Tensor.numpy", "Tensor.__int__", "Tensor.__float__")
-_PRINT_VIAS = ("Tensor.__format__", "Tensor.__repr__")
-_COPY_VIAS = ("Tensor.cpu", "Tensor.to", "Tensor.copy_")
-_BOOL_VIAS = ("Tensor.__bool__",)
-_SYNC_VIAS = (
-    "torch.cuda.synchronize",
-    "torch.cuda.Stream.synchronize",
-    "torch.cuda.Event.synchronize",
-    "torch.accelerator.synchronize",
-)
 
 
 def _rate(site: SyncSite) -> str:
@@ -150,11 +140,11 @@ def _synchronize(site: SyncSite) -> Recommendation:
 
 
 _BY_VIA: tuple[tuple[tuple[str, ...], Callable[[SyncSite], Recommendation]], ...] = (
-    (_PRINT_VIAS, _print),
-    (_COPY_VIAS, _copy),
-    (_BOOL_VIAS, _bool),
-    (_SYNC_VIAS, _synchronize),
-    (_READ_VIAS, _read),
+    (VIA_PRINT, _print),
+    (VIA_COPY, _copy),
+    (VIA_BOOL, _bool),
+    (VIA_SYNC, _synchronize),
+    (VIA_READ, _read),
 )
 
 

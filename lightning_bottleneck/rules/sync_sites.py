@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_bottleneck.analysis.sync_sites import SyncSite
 from lightning_bottleneck.categories import Severity
+from lightning_bottleneck.evidence import SyncSite
 from lightning_bottleneck.report import Finding
 from lightning_bottleneck.rules import thresholds as T
 

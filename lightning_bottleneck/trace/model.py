@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,6 @@ CATEGORY_KINDS: dict[str, EventKind] = {
     "python_function": EventKind.PYTHON,
 }
 
-HOST_KINDS = (EventKind.CPU_OP, EventKind.USER_ANNOTATION, EventKind.RUNTIME, EventKind.PYTHON)
 #: Kinds that are real work on the device (what "busy" means).
 DEVICE_WORK_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 
@@ -92,10 +90,6 @@ class Trace:
     @property
     def end(self) -> np.ndarray:
         return self.ts + self.dur
-
-    @cached_property
-    def name_index(self) -> dict[str, int]:
-        return {n: i for i, n in enumerate(self.names)}
 
     def name_ids(self, predicate: Any) -> np.ndarray:
         """Ids of interned names for which ``predicate(name)`` is true (evaluated once per distinct name)."""
