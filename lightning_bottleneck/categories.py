@@ -1,4 +1,4 @@
-"""Closed vocabularies shared by analysis, rules, advice and rendering (no torch import)."""
+"""Closed vocabularies shared by analysis, rules, advice and rendering."""
 
 from __future__ import annotations
 
@@ -18,6 +18,26 @@ class Category(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class FindingKind(str, Enum):
+    """What a finding is about: a bucket (a :class:`Category` value) or a narrower pattern."""
+
+    INPUT = "input"
+    SYNC = "sync"
+    OVERHEAD = "overhead"
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    COMMUNICATION = "communication"
+    STRAGGLER = "straggler"  # one rank holds the others back
+    EPOCH_START_STALL = "epoch_start_stall"  # DataLoader worker start-up at each epoch
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, category: Category) -> FindingKind:
+        return cls(category.value)
 
 
 class Severity(str, Enum):

@@ -14,7 +14,7 @@ from lightning_bottleneck.advice import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
 from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, CommunicationMetrics, TraceSummary
-from lightning_bottleneck.categories import Category, Severity, Share
+from lightning_bottleneck.categories import Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, RankSummary, Report, StepTime
 from lightning_bottleneck.rules import classify, thresholds
@@ -26,6 +26,7 @@ from lightning_bottleneck.rules.stragglers import (
     find_stragglers,
 )
 from lightning_bottleneck.rules.sync_sites import sync_share, sync_site_findings
+from lightning_bottleneck.stats import mean
 from lightning_bottleneck.vocabulary import VIA_SCALAR_READS
 
 
@@ -205,7 +206,7 @@ def _rank_entries(
         step = StepTime.from_samples(s.step_times_ms)
         extra: dict[str, Any] = {}
         if len(summaries) > 1 and s.step_times_ms:
-            extra["own_work_ms"] = round(RankWork(0, _mean(s.step_times_ms), rb).own_ms, 3)
+            extra["own_work_ms"] = round(RankWork(0, mean(s.step_times_ms), rb).own_ms, 3)
         if s.communication is not None:
             extra["communication"] = s.communication.to_dict()
         if s.host:
@@ -255,7 +256,7 @@ def _job_verdict(
             )
     # Shares are window aggregates, so own work uses the window's mean step (not the median).
     means = {
-        x.rank: _mean(x.step_times_ms) for x in evidence.summaries if x.rank is not None and x.step_times_ms
+        x.rank: mean(x.step_times_ms) for x in evidence.summaries if x.rank is not None and x.step_times_ms
     }
     work = [RankWork(r.rank, means[r.rank], r.breakdown) for r in ranks if r.rank in means]
     job.stragglers = find_stragglers(work)
@@ -288,7 +289,7 @@ def _straggler_finding(st: Straggler, ranks: list[RankSummary]) -> Finding:
     waits = ", ".join(f"rank {r.rank} {r.breakdown.get(str(Share.COMMUNICATION), 0.0):.0%}" for r in others)
     cause = st.cause.value
     return Finding(
-        kind="straggler",
+        kind=FindingKind.STRAGGLER,
         severity=Severity.HIGH if st.excess_share >= 3 * thresholds.COMM_SHARE_MEDIUM else Severity.MEDIUM,
         summary=(
             f"Rank {st.rank} is a straggler: its own work takes {st.own_ms:.1f} ms per step against "
@@ -341,7 +342,3 @@ def _with_comm_evidence(findings: list[Finding], comm: CommunicationMetrics, ran
             )
         out.append(f)
     return out
-
-
-def _mean(values: list[float]) -> float:
-    return float(sum(values)) / len(values) if values else 0.0

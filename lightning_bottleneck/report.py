@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.categories import Category, Severity
+from lightning_bottleneck.categories import Category, FindingKind, Severity
+from lightning_bottleneck.stats import percentile
 
 SCHEMA_VERSION = 1
 
@@ -32,27 +33,20 @@ class StepTime:
         return cls(median=percentile(s, 50.0), p90=percentile(s, 90.0))
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated percentile of an already sorted list (numpy's default method)."""
-    if not sorted_values:
-        return 0.0
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 @dataclass
 class Finding:
-    kind: str  # a Category value, or a narrower kind such as "epoch_start_stall"
+    kind: FindingKind
     severity: Severity
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
     location: str | None = None  # "file.py:LINE" when the finding points at user code
 
+    def __post_init__(self) -> None:
+        self.kind = FindingKind(self.kind)  # also accepts the kind's value
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
+            "kind": self.kind.value,
             "severity": self.severity.value,
             "summary": self.summary,
             "evidence": self.evidence,
@@ -62,7 +56,11 @@ class Finding:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
         return cls(
-            d["kind"], Severity(d["severity"]), d["summary"], dict(d.get("evidence") or {}), d.get("location")
+            FindingKind(d["kind"]),
+            Severity(d["severity"]),
+            d["summary"],
+            dict(d.get("evidence") or {}),
+            d.get("location"),
         )
 
 

@@ -10,7 +10,7 @@ from array import array
 from time import perf_counter
 
 from lightning_bottleneck.evidence import TimingStats
-from lightning_bottleneck.report import percentile
+from lightning_bottleneck.stats import percentile
 
 DEFAULT_CAPACITY = 4096  # ~64 KiB of doubles; enough for stable median/p90 and rolling shares
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.categories import Category, Severity, Share
+from lightning_bottleneck.categories import Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, StepTime
 from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.stats import median
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def share_findings(breakdown: dict[str, float], step_ms: float | None = None) ->
             amount = f" ({share * step_ms:.1f} ms of a {step_ms:.1f} ms step)"
         out.append(
             Finding(
-                kind=rule.category.value,
+                kind=FindingKind.of(rule.category),
                 severity=sev,
                 summary=f"{share:.0%} of step time{amount} is {rule.what}.",
                 evidence=evidence,
@@ -168,7 +169,7 @@ def summary_findings(summary: TraceSummary) -> list[Finding]:
     ):
         out.append(
             Finding(
-                kind="compute",
+                kind=FindingKind.COMPUTE,
                 severity=Severity.MEDIUM,
                 summary=(
                     f"{eligible:.0%} of kernel time is in tensor-core-eligible ops (matmul/conv/attention) "
@@ -185,7 +186,7 @@ def summary_findings(summary: TraceSummary) -> list[Finding]:
     if softmax > 0 and sdpa == 0:
         out.append(
             Finding(
-                kind="compute",
+                kind=FindingKind.COMPUTE,
                 severity=Severity.LOW,
                 summary=(
                     f"{softmax:.0f} softmax op(s) per step and no fused attention: "
@@ -202,7 +203,7 @@ def summary_findings(summary: TraceSummary) -> list[Finding]:
     if short is not None and summary.kernels_per_step and short >= T.SHORT_KERNEL_SHARE_MEDIUM:
         out.append(
             Finding(
-                kind="overhead",
+                kind=FindingKind.OVERHEAD,
                 severity=Severity.MEDIUM,
                 summary=(
                     f"{summary.kernels_per_step:.0f} kernels per step; {summary.short_kernel_share:.0%} of "
@@ -222,7 +223,7 @@ def memory_findings(evidence: Evidence) -> list[Finding]:
     if evidence.oom:
         out.append(
             Finding(
-                kind="memory",
+                kind=FindingKind.MEMORY,
                 severity=Severity.HIGH,
                 summary="Training stopped with an out-of-memory error.",
                 evidence={"error": evidence.oom[:300]},
@@ -240,7 +241,7 @@ def memory_findings(evidence: Evidence) -> list[Finding]:
         if share is not None and share >= T.MEMORY_PEAK_SHARE_HIGH:
             out.append(
                 Finding(
-                    "memory",
+                    FindingKind.MEMORY,
                     Severity.HIGH,
                     f"Peak reserved memory is {share:.0%} of the device's capacity.",
                     ev,
@@ -249,7 +250,7 @@ def memory_findings(evidence: Evidence) -> list[Finding]:
         elif mem.num_alloc_retries >= T.MEMORY_ALLOC_RETRIES_MEDIUM:
             out.append(
                 Finding(
-                    "memory",
+                    FindingKind.MEMORY,
                     Severity.MEDIUM,
                     f"The caching allocator had to free and retry {mem.num_alloc_retries} time(s).",
                     ev,
@@ -263,8 +264,7 @@ def input_timing_findings(evidence: Evidence) -> list[Finding]:
     timing = evidence.timing
     if timing is None or not timing.epoch_start_wait_ms:
         return []
-    steady = sorted(timing.data_wait_ms)
-    median_wait = steady[len(steady) // 2] if steady else 0.0
+    median_wait = median(timing.data_wait_ms)
     stalls = [
         w
         for w in timing.epoch_start_wait_ms
@@ -275,7 +275,7 @@ def input_timing_findings(evidence: Evidence) -> list[Finding]:
     mean = sum(stalls) / len(stalls)
     return [
         Finding(
-            kind="epoch_start_stall",
+            kind=FindingKind.EPOCH_START_STALL,
             severity=Severity.MEDIUM if len(stalls) > 1 else Severity.LOW,
             summary=(
                 f"Each epoch starts with a {mean:.0f} ms wait for the first batch (DataLoader worker "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from lightning_bottleneck.categories import Category, Share
 from lightning_bottleneck.rules import choose_primary
+from lightning_bottleneck.stats import median
 
 # A rank is a straggler when its relative performance score, the fastest rank's own work divided by
 # this rank's own work, is below this value. Source: NVIDIA Resiliency Extension straggler detection
@@ -95,12 +96,7 @@ def find_stragglers(ranks: list[RankWork]) -> list[Straggler]:
     if len(usable) < 2:
         return []
     fastest = min(usable, key=lambda r: r.own_ms)
-    steps = sorted(r.step_ms for r in usable)
-    job_step = (
-        steps[len(steps) // 2]
-        if len(steps) % 2
-        else 0.5 * (steps[len(steps) // 2 - 1] + steps[len(steps) // 2])
-    )
+    job_step = median(r.step_ms for r in usable)
     out: list[Straggler] = []
     for r in usable:
         if r is fastest or r.own_ms <= 0:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_bottleneck.categories import Severity
+from lightning_bottleneck.categories import FindingKind, Severity
 from lightning_bottleneck.evidence import SyncSite
 from lightning_bottleneck.report import Finding
 from lightning_bottleneck.rules import thresholds as T
@@ -111,7 +111,7 @@ def sync_site_findings(sites: list[SyncSite], step_time_ms: float | None, device
         material = share is not None and share >= SYNC_SITE_SHARE_MEDIUM
         severity = _severity(site, share, on_device) if on_device or material else Severity.LOW
         finding = Finding(
-            kind="sync",
+            kind=FindingKind.SYNC,
             severity=severity,
             summary=_summary(site, share, on_device, material),
             evidence=_evidence(site, share),
