@@ -65,3 +65,14 @@ class Share(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: The categories that are a share of step time, and their breakdown key. ``memory`` is not one (it is
+#: judged on the allocator's figures and out-of-memory errors), nor is ``unknown``.
+BUCKET_SHARES: dict[Category, Share] = {
+    Category.INPUT: Share.DATA_WAIT,
+    Category.SYNC: Share.SYNC,
+    Category.COMMUNICATION: Share.COMMUNICATION,
+    Category.COMPUTE: Share.COMPUTE,
+    Category.OVERHEAD: Share.OVERHEAD,
+}

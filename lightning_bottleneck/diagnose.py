@@ -13,17 +13,19 @@ from typing import Any
 from lightning_bottleneck.advice import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
-from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, CommunicationMetrics, TraceSummary
-from lightning_bottleneck.categories import Category, FindingKind, Severity, Share
+from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, TraceSummary
+from lightning_bottleneck.categories import Category, FindingKind, Share
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, RankSummary, Report, StepTime
-from lightning_bottleneck.rules import classify, thresholds
+from lightning_bottleneck.rules import classify, final_verdict, thresholds
+from lightning_bottleneck.rules.communication import with_communication_evidence
 from lightning_bottleneck.rules.stragglers import (
-    STRAGGLER_EXCESS_SHARE_MIN,
-    STRAGGLER_RELATIVE_PERF_THRESHOLD,
     RankWork,
     Straggler,
+    explained_by_straggler,
     find_stragglers,
+    straggler_confidence,
+    straggler_finding,
 )
 from lightning_bottleneck.rules.sync_sites import sync_share, sync_site_findings
 from lightning_bottleneck.stats import mean
@@ -44,6 +46,22 @@ def rank_breakdown(summary: TraceSummary, extra_sync_share: float = 0.0) -> tupl
 
 
 def diagnose(evidence: Evidence) -> Report:
+    """Judge one run from its evidence: the pipeline both the live callback and the offline CLI run.
+
+    1. the step time (always-on timing, else the trace's steps) and this rank's breakdown (from its trace
+       summary, else from timing alone);
+    2. the rules (:func:`~lightning_bottleneck.rules.classify`, :func:`~lightning_bottleneck.rules.final_verdict`)
+       give findings, the primary bucket and a confidence; sync-site and communication evidence join
+       the findings;
+    3. the advice (:func:`~lightning_bottleneck.advice.advise`) turns them into recommendations;
+    4. with several ranks, the straggler rule decides whose view the job-level verdict takes.
+
+    Example::
+
+        from lightning_bottleneck.analysis.trace_file import summarize_file
+        report = diagnose(Evidence(summaries=[summarize_file("rank0.pt.trace.json.gz")]))
+        print(report.primary, report.recommendations[0].title)
+    """
     summary = own_summary(evidence)
     timing = evidence.timing
     notes = list(evidence.notes)
@@ -80,17 +98,13 @@ def diagnose(evidence: Evidence) -> Report:
         notes.append("Too few training steps were observed to judge the run.")
 
     verdict = classify(breakdown, evidence, steps_profiled, from_trace)
-    primary = verdict.primary
-    if not from_trace and not evidence.oom and primary in (Category.COMPUTE, Category.OVERHEAD):
-        primary = Category.UNKNOWN
-    if not from_trace and (timing is None or timing.steps < thresholds.TIMED_STEPS_MIN) and not evidence.oom:
-        primary = Category.UNKNOWN
+    primary, confidence = final_verdict(verdict, evidence, from_trace)
 
     findings = verdict.findings + sync_site_findings(evidence.sync_sites, median_ms, device)
     findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
     comm = summary.communication if summary is not None else None
     if comm is not None:
-        findings = _with_comm_evidence(
+        findings = with_communication_evidence(
             findings, comm, summary.rank if summary and summary.rank is not None else 0
         )
     recommendations = advise(primary, findings, evidence)
@@ -102,7 +116,6 @@ def diagnose(evidence: Evidence) -> Report:
         recommendations[insert_at:insert_at] = site_recs or generic
 
     ranks = _rank_entries(evidence.summaries, summary, breakdown, primary)
-    confidence = verdict.confidence if primary != Category.UNKNOWN else min(verdict.confidence, 0.2)
     job = _job_verdict(ranks, summary, evidence, findings, recommendations, primary, breakdown, confidence)
     if summary is not None and summary.step_source != "ProfilerStep":
         notes.append(f"Steps: {summary.step_source}")
@@ -265,14 +278,15 @@ def _job_verdict(
     top = job.stragglers[0]
     top_entry = next(r for r in ranks if r.rank == top.rank)
     waiting = [r for r in ranks if r.rank != top.rank]
-    job.findings = [_straggler_finding(st, ranks) for st in job.stragglers] + [
-        _explained(f, top.rank) if f.kind == Category.COMMUNICATION.value else f for f in job.findings
+    waits = {r.rank: r.breakdown.get(str(Share.COMMUNICATION), 0.0) for r in ranks}
+    job.findings = [straggler_finding(st, waits) for st in job.stragglers] + [
+        explained_by_straggler(f, top.rank) if f.kind == FindingKind.COMMUNICATION else f
+        for f in job.findings
     ]
     if top.cause != Category.UNKNOWN:
         job.primary = top.cause
         job.breakdown = dict(top_entry.breakdown)
-        window = min(1.0, (own.num_steps if own else 0) / thresholds.CONFIDENT_STEPS)
-        job.confidence = round(max(0.05, min(0.95, (1.0 - top.relative_perf) * max(window, 0.5))), 3)
+        job.confidence = straggler_confidence(top, own.num_steps if own else 0)
         job.notes.append(
             f"Job-level verdict and breakdown are rank {top.rank}'s (the straggler); the other ranks' own "
             f"views are under `ranks` ({', '.join(f'rank {r.rank}: {r.primary.value}' for r in waiting)})."
@@ -282,63 +296,3 @@ def _job_verdict(
         )
         job.recommendations = [r for r in recs if r.kind != Category.COMMUNICATION.value]
     return job
-
-
-def _straggler_finding(st: Straggler, ranks: list[RankSummary]) -> Finding:
-    others = [r for r in ranks if r.rank != st.rank]
-    waits = ", ".join(f"rank {r.rank} {r.breakdown.get(str(Share.COMMUNICATION), 0.0):.0%}" for r in others)
-    cause = st.cause.value
-    return Finding(
-        kind=FindingKind.STRAGGLER,
-        severity=Severity.HIGH if st.excess_share >= 3 * thresholds.COMM_SHARE_MEDIUM else Severity.MEDIUM,
-        summary=(
-            f"Rank {st.rank} is a straggler: its own work takes {st.own_ms:.1f} ms per step against "
-            f"{st.fastest_own_ms:.1f} ms on rank {st.fastest_rank}, so the other ranks wait for it in "
-            f"collectives (communication share: {waits}). Its own cause is {cause} "
-            f"({st.cause_share:.0%} of its own work)."
-        ),
-        evidence={
-            "rank": st.rank,
-            "cause": cause,
-            "cause_share": round(st.cause_share, 4),
-            "own_work_ms": round(st.own_ms, 3),
-            "fastest_rank": st.fastest_rank,
-            "fastest_own_work_ms": round(st.fastest_own_ms, 3),
-            "relative_perf": round(st.relative_perf, 4),
-            "excess_share": round(st.excess_share, 4),
-            "threshold_relative_perf": STRAGGLER_RELATIVE_PERF_THRESHOLD,
-            "threshold_excess_share": STRAGGLER_EXCESS_SHARE_MIN,
-        },
-    )
-
-
-def _explained(finding: Finding, straggler: int) -> Finding:
-    """A communication finding on a waiting rank: the wait is for the straggler, not the network."""
-    return Finding(
-        kind=finding.kind,
-        severity=Severity.LOW,
-        summary=finding.summary + f" Most of it is waiting for rank {straggler} (the straggler).",
-        evidence=dict(finding.evidence, explained_by_straggler=straggler),
-        location=finding.location,
-    )
-
-
-def _with_comm_evidence(findings: list[Finding], comm: CommunicationMetrics, rank: int) -> list[Finding]:
-    """Attach this rank's communication metrics to its communication finding (advice reads them)."""
-    out = []
-    for f in findings:
-        if f.kind == Category.COMMUNICATION.value and "collective_ms_per_step" not in f.evidence:
-            kinds = ", ".join(
-                f"{k} {v.calls_per_step:g}/step {v.ms_per_step:.1f} ms" for k, v in comm.by_kind.items()
-            )
-            overlap = comm.overlap
-            detail = f" Rank {rank} waits {comm.wait_ms_per_step:.1f} ms per step"
-            if kinds:
-                detail += f" ({kinds})"
-            if overlap is not None:
-                detail += f"; {overlap:.0%} of collective time overlaps its own work"
-            f = Finding(
-                f.kind, f.severity, f.summary + detail + ".", dict(f.evidence, **comm.to_dict()), f.location
-            )
-        out.append(f)
-    return out

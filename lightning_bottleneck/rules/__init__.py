@@ -147,7 +147,7 @@ def choose_primary(
 
 def confidence_of(savings: dict[str, float], steps_profiled: int, from_trace: bool) -> float:
     if not savings:
-        return 0.2
+        return T.UNKNOWN_CONFIDENCE_MAX
     ordered = sorted(savings.values(), reverse=True)
     top = ordered[0]
     second = ordered[1] if len(ordered) > 1 else 0.0
@@ -306,3 +306,23 @@ def classify(
         confidence = confidence_of(savings, steps_profiled, from_trace)
     findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
     return Verdict(primary, confidence, breakdown, findings, savings)
+
+
+def final_verdict(verdict: Verdict, evidence: Evidence, from_trace: bool) -> tuple[Category, float]:
+    """The reported primary bucket and confidence: what the evidence at hand can support.
+
+    Without a profiled window, timing alone cannot tell compute from overhead, and too few timed steps
+    support no verdict at all: both are ``unknown`` (an out-of-memory error always stands). An unknown
+    verdict's confidence is capped at :data:`~lightning_bottleneck.rules.thresholds.UNKNOWN_CONFIDENCE_MAX`.
+    """
+    primary = verdict.primary
+    timing = evidence.timing
+    if not evidence.oom and not from_trace:
+        if primary in (Category.COMPUTE, Category.OVERHEAD):
+            primary = Category.UNKNOWN
+        if timing is None or timing.steps < T.TIMED_STEPS_MIN:
+            primary = Category.UNKNOWN
+    confidence = verdict.confidence
+    if primary == Category.UNKNOWN:
+        confidence = min(confidence, T.UNKNOWN_CONFIDENCE_MAX)
+    return primary, confidence

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lightning_bottleneck.categories import Category, Share
+from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
+from lightning_bottleneck.report import Finding
 from lightning_bottleneck.rules import choose_primary
+from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.stats import median
 
 # A rank is a straggler when its relative performance score, the fastest rank's own work divided by
@@ -32,6 +34,9 @@ STRAGGLER_RELATIVE_PERF_THRESHOLD = 0.7
 # torch_tb_profiler/profiler/data.py ``communication_ratio > 0.1``); below it the difference is noise
 # that no one would fix.
 STRAGGLER_EXCESS_SHARE_MIN = 0.10
+# The straggler finding is high severity when the others' wait for it would make communication a high
+# finding on its own (rules/thresholds.py COMM_SHARE_HIGH, 3x the trigger above).
+STRAGGLER_EXCESS_SHARE_HIGH = T.COMM_SHARE_HIGH
 
 
 @dataclass(frozen=True)
@@ -66,12 +71,8 @@ class Straggler:
     cause_share: float  # that bucket's share of the straggler's step
 
 
-_BUCKETS = {
-    str(Share.DATA_WAIT): Category.INPUT,
-    str(Share.SYNC): Category.SYNC,
-    str(Share.OVERHEAD): Category.OVERHEAD,
-    str(Share.COMPUTE): Category.COMPUTE,
-}
+#: The buckets a rank's own work is made of: every time bucket but communication (the wait itself).
+OWN_WORK_BUCKETS = {str(share): cat for cat, share in BUCKET_SHARES.items() if cat != Category.COMMUNICATION}
 
 
 def own_cause(breakdown: dict[str, float]) -> tuple[Category, float]:
@@ -81,12 +82,12 @@ def own_cause(breakdown: dict[str, float]) -> tuple[Category, float]:
     the largest bucket is named.
     """
     rest = max(1e-9, 1.0 - float(breakdown.get(str(Share.COMMUNICATION), 0.0)))
-    own = {k: float(breakdown.get(k, 0.0)) / rest for k in _BUCKETS}
+    own = {k: float(breakdown.get(k, 0.0)) / rest for k in OWN_WORK_BUCKETS}
     primary, _ = choose_primary(own)
     if primary == Category.UNKNOWN:
         key = max(own, key=lambda k: own[k])
-        return (_BUCKETS[key], own[key]) if own[key] > 0 else (Category.UNKNOWN, 0.0)
-    key = next(k for k, c in _BUCKETS.items() if c == primary)
+        return (OWN_WORK_BUCKETS[key], own[key]) if own[key] > 0 else (Category.UNKNOWN, 0.0)
+    key = next(k for k, c in OWN_WORK_BUCKETS.items() if c == primary)
     return primary, own[key]
 
 
@@ -119,3 +120,49 @@ def find_stragglers(ranks: list[RankWork]) -> list[Straggler]:
             )
     out.sort(key=lambda s: -s.own_ms)
     return out
+
+
+def straggler_confidence(top: Straggler, steps_profiled: int) -> float:
+    """How sure the job-level verdict taken from the straggler is: how much slower it is, scaled down for
+    a short window (never below half)."""
+    window = min(1.0, steps_profiled / T.CONFIDENT_STEPS)
+    return round(max(0.05, min(0.95, (1.0 - top.relative_perf) * max(window, 0.5))), 3)
+
+
+def straggler_finding(st: Straggler, waits: dict[int, float]) -> Finding:
+    """The straggler finding; ``waits``: every rank's communication share (the others wait for it)."""
+    waiting = ", ".join(f"rank {r} {w:.0%}" for r, w in sorted(waits.items()) if r != st.rank)
+    cause = st.cause.value
+    return Finding(
+        kind=FindingKind.STRAGGLER,
+        severity=Severity.HIGH if st.excess_share >= STRAGGLER_EXCESS_SHARE_HIGH else Severity.MEDIUM,
+        summary=(
+            f"Rank {st.rank} is a straggler: its own work takes {st.own_ms:.1f} ms per step against "
+            f"{st.fastest_own_ms:.1f} ms on rank {st.fastest_rank}, so the other ranks wait for it in "
+            f"collectives (communication share: {waiting}). Its own cause is {cause} "
+            f"({st.cause_share:.0%} of its own work)."
+        ),
+        evidence={
+            "rank": st.rank,
+            "cause": cause,
+            "cause_share": round(st.cause_share, 4),
+            "own_work_ms": round(st.own_ms, 3),
+            "fastest_rank": st.fastest_rank,
+            "fastest_own_work_ms": round(st.fastest_own_ms, 3),
+            "relative_perf": round(st.relative_perf, 4),
+            "excess_share": round(st.excess_share, 4),
+            "threshold_relative_perf": STRAGGLER_RELATIVE_PERF_THRESHOLD,
+            "threshold_excess_share": STRAGGLER_EXCESS_SHARE_MIN,
+        },
+    )
+
+
+def explained_by_straggler(finding: Finding, straggler: int) -> Finding:
+    """A communication finding on a waiting rank: the wait is for the straggler, not the network."""
+    return Finding(
+        kind=finding.kind,
+        severity=Severity.LOW,
+        summary=finding.summary + f" Most of it is waiting for rank {straggler} (the straggler).",
+        evidence=dict(finding.evidence, explained_by_straggler=straggler),
+        location=finding.location,
+    )

@@ -88,3 +88,6 @@ TIMED_STEPS_MIN = 3
 # Confidence is scaled down when the window is shorter than this many steps (torch.profiler's own
 # docs use schedule(wait=1, warmup=1, active=3) as the smallest useful window).
 CONFIDENT_STEPS = 3
+# An "unknown" verdict is never reported with more confidence than this: the same floor
+# ``confidence_of`` gives a verdict with no bucket past its threshold.
+UNKNOWN_CONFIDENCE_MAX = 0.2
