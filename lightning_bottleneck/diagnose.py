@@ -1,4 +1,4 @@
-"""The one analysis entry point: :class:`Evidence` in, :class:`Report` out. Pure (no torch, no lightning).
+"""The one analysis entry point: :class:`Evidence` in, :class:`Report` out.
 
 Both the live callback and ``lightning-bottleneck analyze`` call :func:`diagnose`, so the same trace
 yields the same verdict either way; the callback merely adds live-only evidence (timing, sync sites,

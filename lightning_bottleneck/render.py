@@ -1,4 +1,4 @@
-"""Rendering of a :class:`Report`: terminal text and TensorBoard markdown. Pure (no torch)."""
+"""Rendering of a :class:`Report`: terminal text and TensorBoard markdown."""
 
 from __future__ import annotations
 

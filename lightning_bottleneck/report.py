@@ -1,6 +1,6 @@
 """Typed results: what the package concludes, and exactly the JSON it writes (schema_version 1).
 
-Pure data (no torch, no lightning). ``str(report)`` renders the terminal summary, like
+``str(report)`` renders the terminal summary, like
 ``torch.utils.benchmark.Measurement`` knows how to print itself.
 """
 

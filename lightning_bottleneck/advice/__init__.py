@@ -1,4 +1,4 @@
-"""Advice: concrete settings for *this* run, derived from its real configuration. Pure (no torch).
+"""Advice: concrete settings for *this* run, derived from its real configuration.
 
 Never recommends what is already set. Each recommendation carries a ``settings`` dict (names listed in
 the README) and a copy-pasteable ``snippet``. The primary bucket's advice comes first.

@@ -1,4 +1,4 @@
-"""Per-call-site advice for host-device syncs: the rewrite that removes or defers each one. Pure (no torch).
+"""Per-call-site advice for host-device syncs: the rewrite that removes or defers each one.
 
 One :class:`Recommendation` per :class:`SyncSite` (worst first), naming the user's line, with a
 ``settings`` dict and a copy-pasteable ``snippet`` for the API that synced.

@@ -1,4 +1,4 @@
-"""Rules: from evidence to findings and a verdict. Pure (no torch, no lightning).
+"""Rules: from evidence to findings and a verdict.
 
 Each bucket's rule is data (:class:`ShareRule`): which breakdown share it reads and the named
 thresholds (see :mod:`lightning_bottleneck.rules.thresholds` for their sources). The primary verdict

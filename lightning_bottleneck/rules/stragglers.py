@@ -1,4 +1,4 @@
-"""Straggler rule: which rank holds the others back, and why. Pure (no torch, no lightning).
+"""Straggler rule: which rank holds the others back, and why.
 
 In synchronous data-parallel training every rank's step lasts as long as the slowest rank's: a rank
 that finishes its own work early waits for the others inside the next collective. So a rank's step time

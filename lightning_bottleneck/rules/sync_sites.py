@@ -1,4 +1,4 @@
-"""Findings for individual host-device sync call sites (from the live sync hooks). Pure (no torch).
+"""Findings for individual host-device sync call sites (from the live sync hooks).
 
 One finding of kind ``sync`` per call site, worst first, with ``location`` set to the user's line.
 """

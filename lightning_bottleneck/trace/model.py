@@ -1,8 +1,8 @@
 """Compact, columnar in-memory form of one Kineto / Chrome trace (one rank).
 
 Events are stored as parallel numpy columns with names interned to integer ids, never as a list of
-dicts, so a trace costs a few dozen bytes per duration event whatever its JSON looked like. Pure data:
-numpy only (no torch, no pandas), cheap to import.
+dicts, so a trace costs a few dozen bytes per duration event whatever its JSON looked like (numpy only,
+no pandas: cheap to import).
 """
 
 from __future__ import annotations
