@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.evidence import Evidence, RunConfig
@@ -200,7 +201,7 @@ class BottleneckCallback(Callback):
     @property
     def schedule_length(self) -> int:
         """Training steps until the last profiled step of the last cycle."""
-        return self.skip_first + self.repeat * (self.wait + self.warmup + self.active)
+        return self._window.options.length
 
     def _disable(self, why: str) -> None:
         rank_zero_warn(
@@ -443,7 +444,7 @@ class BottleneckCallback(Callback):
         if trainer.is_global_zero:
             self._publish(trainer, self.report)
 
-    def _own_summary(self) -> Any:
+    def _own_summary(self) -> TraceSummary | None:
         """This rank's trace summary: the last cycle's trace (the latest warm state), or None."""
         if not self._window.trace_files:
             return None

@@ -1,11 +1,13 @@
 """Advice for communication-bound runs (DDP / FSDP), drawn from the run's strategy settings and from the
 communication metrics measured on its trace (:mod:`lightning_bottleneck.analysis.communication`, attached
-to the ``communication`` finding's evidence by :func:`lightning_bottleneck.diagnose.diagnose`)."""
+to the ``communication`` finding's evidence by
+:func:`lightning_bottleneck.rules.communication.with_communication_evidence`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from lightning_bottleneck.categories import FindingKind
 from lightning_bottleneck.evidence import RunConfig
 from lightning_bottleneck.report import Finding, Recommendation
 
@@ -22,7 +24,9 @@ REDUCER_COPY_SHARE = 0.05
 
 def _comm_evidence(findings: list[Finding]) -> dict[str, Any]:
     for f in findings:
-        if f.kind == "communication" and ("by_kind" in f.evidence or "wait_in_backward_share" in f.evidence):
+        if f.kind == FindingKind.COMMUNICATION and (
+            "by_kind" in f.evidence or "wait_in_backward_share" in f.evidence
+        ):
             return f.evidence
     return {}
 
