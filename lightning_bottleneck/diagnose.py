@@ -16,7 +16,7 @@ from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, brea
 from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.report import Finding, RankSummary, Report, StepTime
+from lightning_bottleneck.report import Finding, RankSummary, Recommendation, Report, StepTime
 from lightning_bottleneck.rules import classify, final_verdict, thresholds
 from lightning_bottleneck.rules.communication import with_communication_evidence
 from lightning_bottleneck.rules.stragglers import (
@@ -63,57 +63,17 @@ def diagnose(evidence: Evidence) -> Report:
         print(report.primary, report.recommendations[0].title)
     """
     summary = own_summary(evidence)
-    timing = evidence.timing
     notes = list(evidence.notes)
-
-    step_samples = (
-        list(timing.step_ms) if timing and timing.step_ms else (summary.step_times_ms if summary else [])
-    )
-    step_time = StepTime.from_samples(step_samples)
+    step_time = _step_time(evidence, summary)
     median_ms = step_time.median if step_time else None
     steps_profiled = summary.num_steps if summary else 0
-    if evidence.steps_observed is not None:
-        steps_observed = evidence.steps_observed
-    elif timing is not None:
-        steps_observed = timing.steps
-    else:
-        steps_observed = steps_profiled
+    steps_observed = _steps_observed(evidence, steps_profiled)
 
-    device = (summary.device if summary else None) or (
-        evidence.config.accelerator if evidence.config else "cpu"
-    )
-    live_sync = sync_share(evidence.sync_sites, median_ms, steps_observed) if evidence.sync_sites else 0.0
-
-    from_trace = summary is not None and summary.num_steps >= thresholds.PROFILED_STEPS_MIN
-    if summary is not None and from_trace:
-        breakdown = breakdown_from_summary(summary, live_sync)
-    elif timing is not None and timing.steps >= thresholds.TIMED_STEPS_MIN:
-        breakdown = breakdown_from_timing(timing.data_wait_share, live_sync)
-        notes.append(
-            "No profiled window: the breakdown comes from always-on step timing only "
-            "(data wait vs the rest); compute/overhead cannot be told apart without a trace."
-        )
-    else:
-        breakdown = breakdown_from_timing(0.0)
-        notes.append("Too few training steps were observed to judge the run.")
-
+    breakdown, from_trace = _breakdown(evidence, summary, median_ms, steps_observed, notes)
     verdict = classify(breakdown, evidence, steps_profiled, from_trace)
     primary, confidence = final_verdict(verdict, evidence, from_trace)
-
-    findings = verdict.findings + sync_site_findings(evidence.sync_sites, median_ms, device)
-    findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
-    comm = summary.communication if summary is not None else None
-    if comm is not None:
-        findings = with_communication_evidence(
-            findings, comm, summary.rank if summary and summary.rank is not None else 0
-        )
-    recommendations = advise(primary, findings, evidence)
-    if evidence.sync_sites:
-        site_recs = sync_site_recommendations(evidence.sync_sites)
-        generic = [r for r in recommendations if r.kind == "sync"]
-        recommendations = [r for r in recommendations if r.kind != "sync"]
-        insert_at = 0 if primary == Category.SYNC else len(recommendations)
-        recommendations[insert_at:insert_at] = site_recs or generic
+    findings = _findings(evidence, summary, verdict.findings, primary, median_ms)
+    recommendations = _recommendations(evidence, primary, findings)
 
     ranks = _rank_entries(evidence.summaries, summary, breakdown, primary)
     job = _job_verdict(ranks, summary, evidence, findings, recommendations, primary, breakdown, confidence)
@@ -140,6 +100,79 @@ def diagnose(evidence: Evidence) -> Report:
         notes=notes,
         metrics=metrics,
     )
+
+
+# ---------------------------------------------------------------------------------------------- stages
+
+
+def _step_time(evidence: Evidence, summary: TraceSummary | None) -> StepTime | None:
+    """From the always-on timing (every step), else from the trace's analysed steps."""
+    timing = evidence.timing
+    samples = (
+        list(timing.step_ms) if timing and timing.step_ms else (summary.step_times_ms if summary else [])
+    )
+    return StepTime.from_samples(samples)
+
+
+def _steps_observed(evidence: Evidence, steps_profiled: int) -> int:
+    if evidence.steps_observed is not None:
+        return evidence.steps_observed
+    if evidence.timing is not None:
+        return evidence.timing.steps
+    return steps_profiled
+
+
+def _breakdown(
+    evidence: Evidence,
+    summary: TraceSummary | None,
+    median_ms: float | None,
+    steps_observed: int,
+    notes: list[str],
+) -> tuple[dict[str, float], bool]:
+    """This rank's shares of step time (from its trace, else from timing) and whether a trace gave them."""
+    timing = evidence.timing
+    live_sync = sync_share(evidence.sync_sites, median_ms, steps_observed) if evidence.sync_sites else 0.0
+    if summary is not None and summary.num_steps >= thresholds.PROFILED_STEPS_MIN:
+        return breakdown_from_summary(summary, live_sync), True
+    if timing is not None and timing.steps >= thresholds.TIMED_STEPS_MIN:
+        notes.append(
+            "No profiled window: the breakdown comes from always-on step timing only "
+            "(data wait vs the rest); compute/overhead cannot be told apart without a trace."
+        )
+        return breakdown_from_timing(timing.data_wait_share, live_sync), False
+    notes.append("Too few training steps were observed to judge the run.")
+    return breakdown_from_timing(0.0), False
+
+
+def _findings(
+    evidence: Evidence,
+    summary: TraceSummary | None,
+    rule_findings: list[Finding],
+    primary: Category,
+    median_ms: float | None,
+) -> list[Finding]:
+    """The rules' findings plus one per sync site, the primary bucket's first, with communication metrics."""
+    device = (summary.device if summary else None) or (
+        evidence.config.accelerator if evidence.config else "cpu"
+    )
+    findings = rule_findings + sync_site_findings(evidence.sync_sites, median_ms, device)
+    findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
+    if summary is not None and summary.communication is not None:
+        rank = summary.rank if summary.rank is not None else 0
+        findings = with_communication_evidence(findings, summary.communication, rank)
+    return findings
+
+
+def _recommendations(evidence: Evidence, primary: Category, findings: list[Finding]) -> list[Recommendation]:
+    """The advice; one recommendation per sync site replaces the generic sync advice (first when sync-bound)."""
+    recommendations = advise(primary, findings, evidence)
+    if evidence.sync_sites:
+        site_recs = sync_site_recommendations(evidence.sync_sites)
+        generic = [r for r in recommendations if r.kind == "sync"]
+        recommendations = [r for r in recommendations if r.kind != "sync"]
+        insert_at = 0 if primary == Category.SYNC else len(recommendations)
+        recommendations[insert_at:insert_at] = site_recs or generic
+    return recommendations
 
 
 def _metrics(evidence: Evidence, summary: TraceSummary | None, savings: dict[str, float]) -> dict[str, Any]:
