@@ -187,6 +187,10 @@ class BottleneckCallback(Callback):
                 with_stack=self.with_stack,
             )
         )
+        # Hot-path aliases, so that hooks outside the window cost one attribute test each: the window's
+        # label stack (the same list object) and whether the profiler runs.
+        self._labels = self._window.labels
+        self._profiling = False
         self._trace_dir: Path | None = None
         self._report_file: Path | None = None
         self._config: RunConfig | None = None
@@ -267,6 +271,7 @@ class BottleneckCallback(Callback):
 
     def _release(self) -> None:
         """Undo everything, never raising: labels and profiler (a partial window is discarded), patches."""
+        self._profiling = False
         self._window.release()
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
@@ -296,6 +301,7 @@ class BottleneckCallback(Callback):
         assert self._trace_dir is not None
         cuda = trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available()
         self._window.start(self._trace_dir, worker_name(self._rank), cuda)
+        self._profiling = True
 
     @_guarded
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -306,32 +312,30 @@ class BottleneckCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._timer.batch_start()
-        window = self._window
-        if window.has_labels:  # the data_wait label opened at the previous batch end
-            window.close_all()
-        if window.prof is not None:
-            window.open(PHASE_TRAINING_STEP)
+        if self._labels:  # the data_wait label opened at the previous batch end
+            self._window.close_all()
+        if self._profiling:
+            self._window.open(PHASE_TRAINING_STEP)
 
     @_guarded
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
     ) -> None:
-        window = self._window
-        if window.has_labels:
-            window.close_all()
-        if window.prof is not None:
-            window.open(PHASE_BACKWARD)
+        if self._labels:
+            self._window.close_all()
+        if self._profiling:
+            self._window.open(PHASE_BACKWARD)
 
     @_guarded
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._window.has_labels:
+        if self._labels:
             self._window.close_all()
 
     @_guarded
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        if self._window.prof is not None:
+        if self._profiling:
             self._window.open_optimizer_step()
 
     @_guarded
@@ -339,12 +343,12 @@ class BottleneckCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._timer.batch_end()
-        window = self._window
-        if window.has_labels:
-            window.close_all()
+        if self._labels:
+            self._window.close_all()
         if self._tracker is not None:
             self._tracker.step()
-        if window.prof is not None and window.advance():
+        if self._profiling and self._window.advance():
+            self._profiling = False
             self._finish_window(trainer, pl_module)
         if self._scalar_every and self._timer.steps % self._scalar_every == 0:
             self._log_scalars(trainer)
@@ -375,17 +379,16 @@ class BottleneckCallback(Callback):
         self._timer.pause()
         if self._tracker is not None:
             self._tracker.pause()
-        window = self._window
-        if window.has_labels:
-            window.close_all()
-        if window.prof is not None:
-            window.open(PHASE_VALIDATION)
+        if self._labels:
+            self._window.close_all()
+        if self._profiling:
+            self._window.open(PHASE_VALIDATION)
 
     @_guarded
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._active_fit:
             return
-        if self._window.has_labels:
+        if self._labels:
             self._window.close_all()
         self._timer.resume()
         if self._tracker is not None:
@@ -400,8 +403,9 @@ class BottleneckCallback(Callback):
     def _finalize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gather: bool = True) -> None:
         """Close the window, build the evidence, diagnose (every rank), publish (global rank zero)."""
         self._finalized = True
+        self._profiling = False
         window = self._window
-        if window.has_labels:
+        if window.labels:
             window.close_all()
         if window.prof is not None:
             if not window.done:

@@ -80,7 +80,7 @@ class ProfilerWindow:
         self.step = 0
         self.done = False
         self.trace_files: list[str] = []
-        self._labels: list[Any] = []
+        self.labels: list[Any] = []  # open record_function labels, innermost last
         self._trace_dir: Path | None = None
         self._worker = "rank0"
 
@@ -142,41 +142,37 @@ class ProfilerWindow:
 
     def release(self) -> None:
         """Undo everything, never raising: close labels, stop the profiler (discarding a partial window)."""
-        while self._labels:
-            rf = self._labels.pop()
+        while self.labels:
+            rf = self.labels.pop()
             with contextlib.suppress(Exception):
                 rf.__exit__(None, None, None)
         with contextlib.suppress(Exception):
             self.stop(save=False)
 
     # ------------------------------------------------------------------ labels
-    @property
-    def has_labels(self) -> bool:
-        return bool(self._labels)
-
     def open(self, phase: str) -> None:
         """Open the ``bottleneck/<phase>`` label if the current step is recorded."""
         if self.prof is not None and self.recording():
             rf = torch.profiler.record_function(label(phase))
             rf.__enter__()
-            self._labels.append(rf)
+            self.labels.append(rf)
 
     def close_all(self) -> None:
-        while self._labels:
-            self._labels.pop().__exit__(None, None, None)
+        while self.labels:
+            self.labels.pop().__exit__(None, None, None)
 
     def open_optimizer_step(self) -> None:
         """Lightning calls ``on_before_optimizer_step`` inside torch's ``Optimizer.step#`` span, after the
         closure (forward and backward) ran: the label opened here covers the update alone and is closed
         by the optimizer's step post-hook, still inside that span, so the labels nest."""
         if self.prof is not None and self.recording():
-            if self._labels:
+            if self.labels:
                 self.close_all()
             self.open(PHASE_OPTIMIZER_STEP)
 
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._labels and self._labels[-1].name == label(PHASE_OPTIMIZER_STEP):
-            self._labels.pop().__exit__(None, None, None)
+        if self.labels and self.labels[-1].name == label(PHASE_OPTIMIZER_STEP):
+            self.labels.pop().__exit__(None, None, None)
 
     # ------------------------------------------------------------------ export
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
