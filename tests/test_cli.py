@@ -37,7 +37,8 @@ def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
 def test_analyze_json_schema(gpu_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = _json(capsys, ["analyze", str(gpu_trace), "--json"])
     assert set(report) >= REPORT_KEYS
-    assert set(report["step_time_ms"]) == {"median", "p90"}
+    assert set(report["step_time_ms"]) == {"median", "p90", "samples"}
+    assert len(report["step_time_ms"]["samples"]) == report["steps_profiled"]
     for f in report["findings"]:
         assert {"kind", "severity", "summary", "evidence", "location"} <= set(f)
     for r in report["recommendations"]:
