@@ -29,6 +29,7 @@ from typing import Any
 from lightning_bottleneck.compare import compare_runs, render_comparison, slower_beyond
 from lightning_bottleneck.offline import analyze_paths, load_run
 from lightning_bottleneck.trace.errors import TraceError, one_line
+from lightning_bottleneck.trace.reader import path_kind
 
 PROG = "lightning-bottleneck"
 EXIT_OK = 0
@@ -251,7 +252,7 @@ def _print(text: str) -> None:
 def run_script(args: argparse.Namespace) -> int:
     """``run SCRIPT [ARGS...]``: the script in a child Python with ``LIGHTNING_BOTTLENECK`` set."""
     script = Path(args.script)
-    if not script.is_file():
+    if path_kind(script) != "file":
         raise TraceError(script, "no such script (give the training script's path)")
     options: list[str] = []
     for flag, name, _, _ in RUN_OPTIONS:

@@ -28,7 +28,7 @@ from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.trace.errors import TraceError
-from lightning_bottleneck.trace.reader import find_trace_files
+from lightning_bottleneck.trace.reader import find_trace_files, path_kind
 
 __all__ = ["REPORT_FILENAME", "analyze_paths", "load_run", "read_report", "summarize_paths", "trace_files"]
 
@@ -45,7 +45,7 @@ def trace_files(paths: Sequence[str | Path], notes: list[str]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         files = find_trace_files([path], notes)
-        if len(files) > 1 and path.is_dir():
+        if len(files) > 1 and path_kind(path) == "dir":
             files = _newest_run(path, files, notes)
         for f in files:
             out.setdefault(f, None)
@@ -182,7 +182,7 @@ def load_run(path: str | Path) -> tuple[Report, str]:
     """One side of ``compare``: a saved report, trace file(s), or a run folder (its newest report, else
     its traces). Returns the report and a line saying what was used."""
     p = Path(path)
-    if p.is_dir():
+    if path_kind(p) == "dir":
         reports = _reports_in(p)
         if reports:
             reports.sort(key=_mtime, reverse=True)
@@ -192,7 +192,7 @@ def load_run(path: str | Path) -> tuple[Report, str]:
         files = trace_files([p], notes)
         report = analyze_paths(files)
         return report, f"{len(files)} trace file(s) under {p}" + (f"; {' '.join(notes)}" if notes else "")
-    if _looks_like_report(p):
+    if path_kind(p) == "file" and _looks_like_report(p):
         return read_report(p), f"report {p}"
     return analyze_paths([p]), f"trace {p}"
 

@@ -35,7 +35,7 @@ import numpy as np
 from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.model import CATEGORY_KINDS, EventKind, Trace
 
-__all__ = ["TRACE_SUFFIXES", "TraceError", "find_trace_files", "load_trace"]
+__all__ = ["TRACE_SUFFIXES", "TraceError", "find_trace_files", "load_trace", "path_kind"]
 
 #: File names the reader picks up when given a directory.
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -94,7 +94,7 @@ def find_trace_files(paths: Iterable[str | Path], notes: list[str] | None = None
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if _kind_of(path) == "dir":
+        if path_kind(path) == "dir":
             found.extend(_traces_in(path, notes))
         else:
             _check_regular_file(path)
@@ -108,7 +108,7 @@ def find_trace_files(paths: Iterable[str | Path], notes: list[str] | None = None
     return list(unique)
 
 
-def _kind_of(path: Path) -> str:
+def path_kind(path: Path) -> str:
     """'dir', 'file', 'other' (FIFO, device, socket) or 'missing'; TraceError when it cannot be looked at."""
     try:
         mode = os.stat(path).st_mode
@@ -124,7 +124,7 @@ def _kind_of(path: Path) -> str:
 
 
 def _check_regular_file(path: Path) -> None:
-    kind = _kind_of(path)
+    kind = path_kind(path)
     if kind == "missing":
         raise TraceError(path, "no such file or directory")
     if kind == "other":
@@ -179,7 +179,7 @@ def _few(items: Sequence[str], shown: int = 3) -> str:
 def _sniff(path: Path) -> bool | str:
     """True for a trace, False for JSON that is none, else the reason the file cannot be read."""
     try:
-        if _kind_of(path) != "file":
+        if path_kind(path) != "file":
             return "not a regular file"
         with path.open("rb") as raw:
             head = _unwrap(raw).read(SNIFF_BYTES)
@@ -266,9 +266,8 @@ class _Columns:
         dur = _floats([e.get("dur") for e in xs])
         with np.errstate(invalid="ignore"):
             keep = np.isfinite(ts) & (np.abs(ts) < MAX_TIMESTAMP)
-            valid_dur = np.isfinite(dur) & (dur >= 0) & (dur < MAX_DURATION)
-        self.invalid_timing += int((keep & ~valid_dur).sum())
-        keep &= valid_dur
+            keep &= np.isfinite(dur) & (dur >= 0) & (dur < MAX_DURATION)
+        self.invalid_timing += len(xs) - int(keep.sum())
         if not self.nonzero_duration and bool((dur[keep] > 0).any()):
             self.nonzero_duration = True
         names = self.names
@@ -567,8 +566,8 @@ class _TraceParser:
         kept = int(ts.size)
         if c.invalid_timing:
             what = (
-                f"{c.invalid_timing} event(s) have negative, NaN, infinite or implausible (over "
-                f"{MAX_DURATION:g}) durations"
+                f"{c.invalid_timing} event(s) have missing, negative, NaN, infinite or implausible "
+                f"(over {MAX_DURATION:g}) timestamps or durations"
             )
             if c.invalid_timing >= kept:
                 raise TraceError(self.path, f"invalid timing: {what}, against {kept} valid")
