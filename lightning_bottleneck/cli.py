@@ -277,9 +277,17 @@ def run_script(args: argparse.Namespace) -> int:
         raise TraceError(script, f"cannot run: {exc.strerror or exc}") from None
     if code != 0:
         _error_line(f"{script} exited with status {code}")
-    if args.report_path and Path(args.report_path).is_file():
-        _error_line(f"report: {args.report_path}")
+    if args.report_path and path_kind(Path(args.report_path)) == "file":
+        _error_line(f"verdict: {_primary_of(Path(args.report_path))} (report: {args.report_path})")
     return code
+
+
+def _primary_of(path: Path) -> str:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return str(data.get("primary", "unknown")) if isinstance(data, dict) else "unknown"
+    except (OSError, ValueError, RecursionError):
+        return "unreadable report"
 
 
 if __name__ == "__main__":  # pragma: no cover
