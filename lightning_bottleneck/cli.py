@@ -42,14 +42,15 @@ DEBUG_ENV = "LIGHTNING_BOTTLENECK_DEBUG"
 
 EPILOG = """\
 examples:
-  lightning-bottleneck analyze lightning_logs/version_0/     # a run folder: its traces are found
-  lightning-bottleneck analyze runs/ --json > report.json      # the newest run under runs/
-  lightning-bottleneck analyze trace_rank0.json.gz trace_rank1.json.gz --rank 1
-  lightning-bottleneck compare before/bottleneck_report.json after/ --fail-if-slower 5
-  lightning-bottleneck run train.py --max_epochs 1               # profile an unmodified script
+  lightning-bottleneck analyze lightning_logs/version_0/    # a run folder: its traces are found
+  lightning-bottleneck analyze runs/ --json > report.json   # the newest run under runs/
+  lightning-bottleneck analyze rank0.json.gz rank1.json.gz --rank 1
+  lightning-bottleneck compare before/ after/bottleneck_report.json --fail-if-slower 5
+  lightning-bottleneck run train.py --max_epochs 1          # profile an unmodified script
   lightning-bottleneck run --wait 2 --active 10 --report-path r.json train.py
 
-exit status: 0 done; 1 compare --fail-if-slower tripped; 2 bad input (one line on stderr).
+exit status: 0 done; 1 compare --fail-if-slower tripped; 2 bad input (one line on stderr);
+3 an internal error (one line; LIGHTNING_BOTTLENECK_DEBUG=1 shows the traceback).
 """
 
 #: ``run``'s flags: (flag, callback option, type, help). Kept here (not read from the callback) so the

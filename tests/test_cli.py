@@ -317,3 +317,22 @@ def test_env_var_mistakes_give_one_line(value: str, words: list[str]) -> None:
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
     for word in words:
         assert word in lines[0], lines[0]
+
+
+def test_internal_errors_are_one_line_and_json_is_strict(
+    gpu_trace: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lightning_bottleneck.cli as cli
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr(cli, "analyze_paths", broken)
+    assert main(["analyze", str(gpu_trace)]) == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: a bug over two lines" in err.replace("\\n", " ")
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")
+    with pytest.raises(RuntimeError):
+        main(["analyze", str(gpu_trace)])
+    text = cli.strict_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
