@@ -73,7 +73,7 @@ ANALYZE = (
     _MEM
     + """
 import json, sys, time
-from lightning_bottleneck.cli import analyze_paths
+from lightning_bottleneck.offline import analyze_paths
 import lightning_bottleneck.diagnose  # imports before the clock starts, like the others
 import numpy.ma  # np.unique imports it lazily on its first call (~17 ms): an import, not analysis
 base = _mem('VmRSS')
@@ -186,8 +186,8 @@ ANALYZE_LARGE = (
     _MEM
     + """
 import json, sys, time
-import lightning_bottleneck.cli as cli
-from lightning_bottleneck.cli import analyze_paths
+import lightning_bottleneck.offline as cli
+from lightning_bottleneck.offline import analyze_paths
 import lightning_bottleneck.diagnose
 import numpy.ma
 captured = []

@@ -17,20 +17,45 @@ from lightning_bottleneck.stats import percentile
 SCHEMA_VERSION = 1
 
 
+#: Per-step samples kept in a saved report (enough for a stable bootstrap interval; a window of up to a
+#: few thousand steps is kept whole, longer ones evenly thinned).
+MAX_STEP_SAMPLES = 4096
+
+
 @dataclass
 class StepTime:
+    """Step time in milliseconds: median, p90, and the per-step samples they came from (for comparisons
+    that know about noise; reports written before version 0.2 have none)."""
+
     median: float
     p90: float
+    samples: list[float] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, float]:
-        return {"median": round(self.median, 4), "p90": round(self.p90, 4)}
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median": round(self.median, 4),
+            "p90": round(self.p90, 4),
+            "samples": [round(float(x), 4) for x in _thin(self.samples, MAX_STEP_SAMPLES)],
+        }
 
     @classmethod
     def from_samples(cls, samples_ms: list[float]) -> StepTime | None:
         if not samples_ms:
             return None
         s = sorted(samples_ms)
-        return cls(median=percentile(s, 50.0), p90=percentile(s, 90.0))
+        return cls(median=percentile(s, 50.0), p90=percentile(s, 90.0), samples=list(samples_ms))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepTime:
+        return cls(float(d["median"]), float(d["p90"]), [float(x) for x in d.get("samples") or []])
+
+
+def _thin(values: list[float], limit: int) -> list[float]:
+    """At most ``limit`` of ``values``, evenly spaced (the distribution is kept, the order too)."""
+    if len(values) <= limit:
+        return list(values)
+    step = len(values) / limit
+    return [values[int(i * step)] for i in range(limit)]
 
 
 @dataclass
@@ -112,7 +137,7 @@ class RankSummary:
             int(d["rank"]),
             Category(d["primary"]),
             dict(d.get("breakdown") or {}),
-            StepTime(st["median"], st["p90"]) if st else None,
+            StepTime.from_dict(st) if st else None,
             extra,
         )
 
@@ -172,7 +197,7 @@ class Report:
             confidence=float(d["confidence"]),
             steps_observed=int(d["steps_observed"]),
             steps_profiled=int(d["steps_profiled"]),
-            step_time_ms=StepTime(st["median"], st["p90"]) if st else None,
+            step_time_ms=StepTime.from_dict(st) if st else None,
             breakdown=dict(d.get("breakdown") or {}),
             findings=[Finding.from_dict(f) for f in d.get("findings", [])],
             recommendations=[Recommendation.from_dict(r) for r in d.get("recommendations", [])],

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_bottleneck.cli import analyze_paths
+from lightning_bottleneck.offline import analyze_paths
 
 from conftest import fit_scenario, quiet_trainer
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +155,140 @@ def test_shared_ranks_and_devices() -> None:
     assert load_trace(SHARED / "mi250_rocm_minitoy.json.gz").device_type == "rocm"
     files = find_trace_files([SHARED / "two_ranks_of128"])
     assert sorted(load_trace(f).rank for f in files) == [0, 1]
+
+
+# ---- bounded and linear whatever the input (the bad-input issue) -------------------------------------
+
+
+def _tricky_events() -> list[dict]:
+    """Events whose strings hold the characters the slicer cuts at."""
+    events = gpu_training_events() * 20
+    for i, e in enumerate(events):
+        e = dict(e)
+        if i % 3 == 0:
+            e["name"] = e["name"] + ' }, {"ph": "X"}, ] ,'
+        if i % 5 == 0:
+            e["args"] = {**e.get("args", {}), "Input Dims": [[1, 2], [3, {"a": "},"}]]}
+        events[i] = e
+    return events
+
+
+@pytest.mark.parametrize("sep", [",", " ,", " , ", ",\n", "\n,\n\t", "   ,"])
+@pytest.mark.parametrize("chunk", [97, 1 << 20])
+def test_any_spacing_and_tricky_strings_match_json_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sep: str, chunk: int
+) -> None:
+    events = _tricky_events()
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [' + sep.join(json.dumps(e) for e in events) + "]}")
+    monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)
+    monkeypatch.setattr(reader, "MIN_SLICE_CHARS", 64 if chunk < 1000 else reader.MIN_SLICE_CHARS)
+    trace = load_trace(path)
+    raw = [e for e in events if e.get("ph") == "X"]
+    assert [trace.names[i] for i in trace.name] == [e["name"] for e in raw]
+    np.testing.assert_allclose(trace.dur, [e["dur"] for e in raw])
+
+
+def test_bom_nested_gzip_and_members(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": gpu_training_events()})
+    want = len(load_trace(write_trace(tmp_path / "plain.json", gpu_training_events())))
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (tmp_path / "twice.json.gz").write_bytes(gzip.compress(gzip.compress(text.encode())))
+    raw = text.encode()
+    members = b"".join(gzip.compress(raw[i : i + 50]) for i in range(0, len(raw), 50))
+    (tmp_path / "members.json.gz").write_bytes(members)
+    for name in ("bom.json", "twice.json.gz", "members.json.gz"):
+        assert len(load_trace(tmp_path / name)) == want, name
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"traceEvents": []} extra', "after the end"),
+        ('{"traceEvents": []}{"traceEvents": []}', "after the end"),
+        ("[" * 50_000 + "]" * 50_000, "nested too deeply"),
+        ('{"traceEvents": [{"ph": "X", "ts": ' + "9" * 5000 + "}]}", "invalid JSON"),
+    ],
+)
+def test_more_bad_files(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(TraceError, match=message):
+        load_trace(path)
+
+
+def test_one_value_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "MAX_VALUE_CHARS", 1 << 16)
+    monkeypatch.setattr(reader, "CHUNK_CHARS", 4096)
+    path = tmp_path / "big.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "' + "a" * 300_000 + '"}]}')
+    with pytest.raises(TraceError, match="over"):
+        load_trace(path)
+    fine = tmp_path / "fine.json"
+    fine.write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "' + "a" * 30_000 + '", "ts": 1, "dur": 2}]}'
+    )
+    assert len(load_trace(fine)) == 1
+
+
+def test_invalid_timing_dropped_with_a_note_or_an_error(tmp_path: Path) -> None:
+    events = gpu_training_events()
+    events[3]["dur"] = -5.0
+    events[4]["dur"] = float("inf")
+    events[5]["ts"] = float("nan")
+    trace = load_trace(write_trace(tmp_path / "some.json", events))
+    assert len(trace) == len(events) - 3
+    assert any("3 event(s)" in n and "dropped" in n for n in trace.notes)
+    for e in events:
+        e["dur"] = -1.0
+    with pytest.raises(TraceError, match="invalid timing"):
+        load_trace(write_trace(tmp_path / "all.json", events))
+    for e in events:
+        e["dur"] = 0
+    with pytest.raises(TraceError, match="zero duration"):
+        load_trace(write_trace(tmp_path / "zero.json", events))
+
+
+def test_values_of_the_wrong_type_or_size(tmp_path: Path) -> None:
+    events = gpu_training_events()
+    events[0]["args"] = [1]
+    events[1]["args"] = "x"
+    events[2]["tid"] = [1, 2]
+    events[3]["pid"] = {"a": 1}
+    events[4]["cat"] = ["kernel"]  # not a category: skipped
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    kernels[0]["args"]["device"] = 2**62
+    kernels[1]["args"]["stream"] = 10**30
+    trace = load_trace(
+        write_trace(tmp_path / "t.json", events, distributedInfo={"rank": 2**62, "world_size": 10**12})
+    )
+    assert len(trace) == len(events) - 1
+    assert int(trace.device.max()) <= reader.MAX_DEVICE_ID
+    assert trace.world_size is None and trace.rank is None
+    assert any("world_size" in n for n in trace.notes) and any("rank" in n for n in trace.notes)
+
+
+def test_find_trace_files_skips_non_traces_with_a_note(tmp_path: Path) -> None:
+    run = tmp_path / "version_0"
+    (run / "bottleneck").mkdir(parents=True)
+    trace = write_trace(run / "bottleneck" / "w.pt.trace.json.gz", gpu_training_events(), gz=True)
+    (run / "bottleneck_report.json").write_text('{"schema_version": 1, "primary": "input"}')
+    (run / "config.json").write_text('{"lr": 0.1}')
+    (run / "broken.json.gz").write_bytes(b"\x1f\x8bnope")
+    notes: list[str] = []
+    assert find_trace_files([run], notes) == [trace.resolve()]
+    assert any("not traces" in n and "bottleneck_report.json" in n and "config.json" in n for n in notes)
+    assert any("unreadable" in n and "broken.json.gz" in n for n in notes)
+
+
+def test_not_regular_files(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(TraceError, match="not a regular file"):
+            load_trace(path)
+    with pytest.raises(TraceError, match="too long"):
+        find_trace_files([tmp_path / ("x" * 300)])
+    with pytest.raises(TraceError) as info:
+        load_trace(tmp_path / "a\nb.json")
+    assert "\n" not in str(info.value) and "a\\nb.json" in str(info.value)
