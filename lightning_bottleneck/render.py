@@ -83,20 +83,21 @@ def render_markdown(report: Report) -> str:
     TensorBoard renders it server-side with Python-Markdown (``tables`` and ``fenced_code`` extensions)
     and shows it in a column about 700 px wide, so tables have two or three columns at most, snippets are
     fenced code blocks (a ``# comment`` in a snippet stays code, never a heading), and evidence reads as
-    one row per finding with its severity in the first, short column.
+    one row per finding with its severity in the first, short column. Order: verdict, advice, evidence,
+    breakdown table, ranks, notes.
     """
-    out = [f"## Verdict: **{report.primary.value}**", "", headline(report), "", _step_line(report), ""]
+    out = [
+        f"## Verdict: **{report.primary.value}**",
+        "",
+        f"**{headline(report)}**",
+        "",
+        _step_line(report),
+        "",
+    ]
     if report.breakdown:
-        out += ["| share of step time | value |", "|:---|---:|"]
-        for k, v in sorted(report.breakdown.items(), key=lambda kv: -kv[1]):
-            out.append(f"| {k} | {v:.1%} |")
-        out.append("")
-    if report.findings:
-        out += ["### Evidence", "", "| severity | finding |", "|:---|:---|"]
-        for f in report.findings:
-            loc = f" (at `{f.location}`)" if f.location and f.location not in f.summary else ""
-            out.append(f"| {f.severity.value} | **{f.kind}**: {_md_escape(f.summary)}{loc} |")
-        out.append("")
+        shares = sorted(report.breakdown.items(), key=lambda kv: -kv[1])
+        out += ["Breakdown: " + " · ".join(f"{k} {v:.0%}" for k, v in shares if v >= 0.005), ""]
+    # The card TensorBoard draws is a few hundred pixels tall and scrolls: the change to make comes first.
     if report.recommendations:
         out += ["### Advice", ""]
         for i, r in enumerate(report.recommendations, 1):
@@ -106,6 +107,17 @@ def render_markdown(report: Report) -> str:
                 out += [f"Settings: {settings}", ""]
             if r.snippet:
                 out += [*_fence(r.snippet), ""]
+    if report.findings:
+        out += ["### Evidence", "", "| severity | finding |", "|:---|:---|"]
+        for f in report.findings:
+            loc = f" (at `{f.location}`)" if f.location and f.location not in f.summary else ""
+            out.append(f"| {f.severity.value} | **{f.kind}**: {_md_escape(f.summary)}{loc} |")
+        out.append("")
+    if report.breakdown:
+        out += ["### Share of step time", "", "| bucket | share |", "|:---|---:|"]
+        for k, v in sorted(report.breakdown.items(), key=lambda kv: -kv[1]):
+            out.append(f"| {k} | {v:.1%} |")
+        out.append("")
     if report.ranks and len(report.ranks) > 1:
         out += ["### Ranks", "", "| rank | verdict | median step ms |", "|---:|:---|---:|"]
         for rank in report.ranks:

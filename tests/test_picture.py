@@ -170,7 +170,12 @@ def test_markdown_renders_in_tensorboard_without_headings_from_snippets() -> Non
 
     html = markdown_to_safe_html(render_markdown(_sample_report()))
     headings = re.findall(r"<h(\d)>(.*?)</h\1>", html, flags=re.S)
-    assert [re.sub(r"<[^>]+>", "", text) for _, text in headings] == ["Verdict: sync", "Evidence", "Advice"]
+    assert [re.sub(r"<[^>]+>", "", text) for _, text in headings] == [
+        "Verdict: sync",
+        "Advice",
+        "Evidence",
+        "Share of step time",
+    ]
     blocks = re.findall(r"<pre><code[^>]*>(.*?)</code></pre>", html, flags=re.S)
     assert len(blocks) == 1 and "# or keep it in the progress bar" in blocks[0]
     assert "prog_bar=True, on_step=False" in blocks[0]
