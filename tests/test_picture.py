@@ -30,7 +30,7 @@ from lightning_bottleneck.render_html import render_html
 from lightning_bottleneck.report import Finding, Recommendation, Report, StepTime
 from lightning_bottleneck.trace.reader import load_trace
 
-from _trace_builders import write_trace
+from _trace_builders import gpu_training_events, write_trace
 from conftest import fit_scenario
 
 SNIPPET_WITH_COMMENT = (
@@ -153,6 +153,30 @@ def test_nested_spans_go_to_the_most_specific_phase(tmp_path: Path) -> None:
     assert step.ms == pytest.approx(expected, abs=1e-6)
     found = analysed_step_windows(trace)
     assert found is not None and list(found[0]) == [t] and list(found[1]) == [t + 1000]
+
+
+def test_gpu_steps_are_read_on_the_device_timeline(tmp_path: Path) -> None:
+    """_trace_builders' two 1000 µs GPU steps: a 300 µs GEMM and a 5 µs kernel launched from the main
+    thread (forward: no labels), an NCCL kernel overlapping the GEMM by 50 µs (50 µs exposed), a 99 µs
+    DataLoader fetch and a 50 µs cudaStreamSynchronize while the device idles. Values in ms."""
+    trace = load_trace(write_trace(tmp_path / "gpu.json", gpu_training_events()))
+    found = analysed_step_windows(trace)
+    assert found is not None
+    starts, ends, main = found
+    assert list(ends - starts) == [1000.0, 1000.0]
+    phases = step_phases(trace, (starts, ends), main_thread=main)
+    expected = {
+        "data_wait": 0.099,
+        "forward": 0.305,
+        "backward": 0.0,
+        "optimizer": 0.0,
+        "sync": 0.050,
+        "communication": 0.050,
+        "other": 0.496,  # device idle while the host runs Python / launches
+    }
+    for step in phases.steps:
+        assert step.ms == pytest.approx(expected, abs=1e-6)
+    assert not phases.labelled and any("device" in n for n in phases.notes)
 
 
 def test_no_windows_gives_no_steps_and_a_note(tmp_path: Path) -> None:

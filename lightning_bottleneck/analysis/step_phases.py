@@ -38,7 +38,7 @@ from lightning_bottleneck.trace.intervals import (
     per_window_total,
     subtract,
 )
-from lightning_bottleneck.trace.model import EventKind, Trace
+from lightning_bottleneck.trace.model import DEVICE_WORK_KINDS, EventKind, Trace
 
 __all__ = ["PRECEDENCE", "Phase", "StepPhase", "StepPhases", "analysed_step_windows", "step_phases"]
 
@@ -71,6 +71,9 @@ PRECEDENCE = (
     Phase.FORWARD,
     Phase.OPTIMIZER,
 )
+
+#: Phases device work can be launched in (the host's phase at the launch call's start), in carving order.
+LAUNCH_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.DATA_WAIT)
 
 PHASE_PREFIX = "bottleneck/"
 PROFILER_STEP_PREFIX = "ProfilerStep#"
@@ -168,18 +171,31 @@ def step_phases(
     on_main = host & main
     spans = _phase_spans(trace, on_main)
     out.labelled = bool((on_main & trace.name_mask(lambda n: n in LABELS)).any())
-    if not out.labelled:
-        out.notes.append(
-            "no bottleneck/ labels in the trace: forward/backward are not told apart (only the DataLoader, "
-            "optimizer, sync and collective spans torch records are)"
-        )
     remaining = merge(starts, ends)
-    claimed: dict[Phase, Intervals] = {}
+    host_phase: dict[Phase, Intervals] = {}
     for phase in PRECEDENCE:
         take = intersect(spans.get(phase, EMPTY), remaining)
-        claimed[phase] = take
+        host_phase[phase] = take
         remaining = subtract(remaining, take)
-    claimed[Phase.OTHER] = remaining
+    host_phase[Phase.OTHER] = remaining
+    if trace.has_device_events:
+        claimed = _device_phases(trace, merge(starts, ends), host_phase, main, out.labelled)
+        out.notes.append(
+            "device trace: each phase is device time of the work launched in it (communication: exposed "
+            "collective kernels); device idle time goes to what the host was doing (data wait, sync), else "
+            "to idle/other"
+        )
+    else:
+        claimed = host_phase
+    if not out.labelled:
+        out.notes.append(
+            "no bottleneck/ labels in the trace: forward and backward are told apart only "
+            + (
+                "by the launching thread (autograd's device thread launches backward)"
+                if trace.has_device_events
+                else "where torch records them (they count as other here)"
+            )
+        )
     per_phase = {p: per_window_total(claimed[p], starts, ends) / 1000.0 for p in Phase}
     numbers = _step_numbers(trace, on_main, starts)
     for i in range(starts.size):
@@ -298,6 +314,81 @@ def _phase_spans(trace: Trace, on_main: np.ndarray) -> dict[Phase, Intervals]:
         comm = merge(np.concatenate([comm.starts, waited.starts]), np.concatenate([comm.ends, waited.ends]))
     spans[Phase.COMMUNICATION] = comm
     return spans
+
+
+def _device_phases(
+    trace: Trace, windows: Intervals, host_phase: dict[Phase, Intervals], main: np.ndarray, labelled: bool
+) -> dict[Phase, Intervals]:
+    """GPU steps on the device timeline: the device is where time goes, the host only launches.
+
+    Device work belongs to the phase the host was in when it launched it (its runtime call's start);
+    without the callback's labels, work launched from another thread is backward (autograd runs it on its
+    own device thread) and the rest forward. Communication is collective kernel time not overlapped by
+    compute (the breakdown's ``comm_exposed``). Device idle time is data wait or sync when the host was
+    waiting for data or blocked in a sync then, else idle/other.
+    """
+    from lightning_bottleneck.analysis.trace_metrics import is_comm_kernel
+
+    work = np.isin(trace.kind, DEVICE_WORK_KINDS)
+    launch_ts, launch_thread = _launches(trace)
+    comm = work & (trace.kind == EventKind.KERNEL) & trace.name_mask(is_comm_kernel)
+    compute = work & ~comm
+    owner = np.full(len(trace), -1, dtype=np.int64)  # index into LAUNCH_PHASES
+    known = compute & ~np.isnan(launch_ts)
+    for i, phase in enumerate(LAUNCH_PHASES):
+        iv = host_phase.get(phase, EMPTY)
+        if len(iv) == 0:
+            continue
+        t = launch_ts[known]
+        k = np.searchsorted(iv.starts, t, side="right") - 1
+        inside = k >= 0
+        inside[inside] &= t[inside] < iv.ends[k[inside]]
+        sel = np.flatnonzero(known)[inside]
+        owner[sel] = i
+    if not labelled:
+        main_threads = np.unique(trace.thread[main])
+        free = compute & (owner < 0) & (launch_thread >= 0)
+        owner[free & ~np.isin(launch_thread, main_threads)] = LAUNCH_PHASES.index(Phase.BACKWARD)
+        owner[free & np.isin(launch_thread, main_threads)] = LAUNCH_PHASES.index(Phase.FORWARD)
+    claimed: dict[Phase, Intervals] = {p: EMPTY for p in Phase}
+    all_compute = intersect(_merged(trace, compute), windows)
+    claimed[Phase.COMMUNICATION] = subtract(intersect(_merged(trace, comm), windows), all_compute)
+    remaining = subtract(windows, claimed[Phase.COMMUNICATION])
+    for i, phase in enumerate(LAUNCH_PHASES):
+        take = intersect(_merged(trace, compute & (owner == i)), remaining)
+        claimed[phase] = take
+        remaining = subtract(remaining, take)
+    unowned = intersect(_merged(trace, compute & (owner < 0)), remaining)  # launched in unlabelled host time
+    idle = subtract(remaining, unowned)
+    for phase in (Phase.DATA_WAIT, Phase.SYNC, Phase.COMMUNICATION):
+        take = intersect(idle, host_phase.get(phase, EMPTY))
+        claimed[phase] = merge(
+            np.concatenate([claimed[phase].starts, take.starts]),
+            np.concatenate([claimed[phase].ends, take.ends]),
+        )
+        idle = subtract(idle, take)
+    claimed[Phase.OTHER] = merge(
+        np.concatenate([unowned.starts, idle.starts]), np.concatenate([unowned.ends, idle.ends])
+    )
+    return claimed
+
+
+def _launches(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """For every device event: start time and thread of the runtime call with its correlation id."""
+    n = len(trace)
+    launch_ts = np.full(n, np.nan)
+    launch_thread = np.full(n, -1, dtype=np.int64)
+    rt = np.flatnonzero((trace.kind == EventKind.RUNTIME) & (trace.correlation >= 0))
+    dev = np.flatnonzero(np.isin(trace.kind, DEVICE_WORK_KINDS) & (trace.correlation >= 0))
+    if rt.size == 0 or dev.size == 0:
+        return launch_ts, launch_thread
+    order = np.argsort(trace.correlation[rt], kind="stable")
+    rt_corr, rt_idx = trace.correlation[rt][order], rt[order]
+    pos = np.clip(np.searchsorted(rt_corr, trace.correlation[dev]), 0, rt_corr.size - 1)
+    found = rt_corr[pos] == trace.correlation[dev]
+    launch_ts[dev[found]] = trace.ts[rt_idx[pos[found]]]
+    launch_thread[dev[found]] = trace.thread[rt_idx[pos[found]]]
+    return launch_ts, launch_thread
 
 
 def _step_numbers(trace: Trace, on_main: np.ndarray, starts: np.ndarray) -> list[int]:
