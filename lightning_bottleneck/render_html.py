@@ -343,6 +343,8 @@ def _chart(phases: StepPhases | None, width: int = 640, height: int = 340) -> st
         if mean[p] > 0
     )
     caption = (
-        "" if phases.labelled else '<p class="small muted">forward/backward not labelled in this trace.</p>'
+        ""
+        if phases.labelled
+        else '<p class="small muted">no bottleneck/ labels in this trace: forward/backward are estimated (see the notes).</p>'
     )
     return "".join(out) + f'<ul class="legend">{legend}</ul><p class="small muted">mean per step</p>{caption}'
