@@ -179,6 +179,31 @@ def test_gpu_steps_are_read_on_the_device_timeline(tmp_path: Path) -> None:
     assert not phases.labelled and any("device" in n for n in phases.notes)
 
 
+def test_gpu_sync_during_device_work_is_charged_like_the_breakdown(tmp_path: Path) -> None:
+    """The same steps with the cudaStreamSynchronize moved onto busy device time (t0+400..450): no idle
+    time falls inside it, yet the device idles afterwards until the host launches again. As in the
+    breakdown, that host-caused idle counts as sync, up to the 50 µs the host was blocked."""
+    from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
+    from lightning_bottleneck.analysis.trace_metrics import summarize_trace
+
+    events = gpu_training_events()
+    for ev in events:
+        if ev["name"] == "cudaStreamSynchronize":
+            ev["ts"] = ev["ts"] - 500
+    trace = load_trace(write_trace(tmp_path / "gpu.json", events))
+    found = analysed_step_windows(trace)
+    assert found is not None
+    phases = step_phases(trace, found[:2], main_thread=found[2])
+    for step in phases.steps:
+        assert step.ms["sync"] == pytest.approx(0.050, abs=1e-6)
+        assert step.ms["other"] == pytest.approx(0.496, abs=1e-6)
+        assert sum(step.ms.values()) == pytest.approx(step.duration_ms, abs=1e-9)
+    shares = breakdown_from_summary(summarize_trace(trace))
+    total = sum(s.duration_ms for s in phases.steps)
+    for phase in ("sync", "data_wait", "communication"):
+        assert sum(s.ms[phase] for s in phases.steps) / total == pytest.approx(shares[phase], abs=0.01)
+
+
 def test_no_windows_gives_no_steps_and_a_note(tmp_path: Path) -> None:
     trace = load_trace(write_trace(tmp_path / "t.json", [_x("ProfilerStep#1", 0, 10)]))
     phases = step_phases(trace, [])

@@ -75,6 +75,10 @@ PRECEDENCE = (
 #: Phases device work can be launched in (the host's phase at the launch call's start), in carving order.
 LAUNCH_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.DATA_WAIT)
 
+#: Device work starting within this of a gap's end is what ended the gap (timestamps in µs with ns
+#: fractions: float rounding), as in trace_metrics.
+GAP_END_TOLERANCE_US = 1e-3
+
 PHASE_PREFIX = "bottleneck/"
 PROFILER_STEP_PREFIX = "ProfilerStep#"
 #: The callback's labels -> phase.
@@ -179,14 +183,14 @@ def step_phases(
         remaining = subtract(remaining, take)
     host_phase[Phase.OTHER] = remaining
     if trace.has_device_events:
-        claimed = _device_phases(trace, merge(starts, ends), host_phase, main, out.labelled)
+        claimed, drain = _device_phases(trace, merge(starts, ends), host_phase, main, out.labelled)
         out.notes.append(
             "device trace: each phase is device time of the work launched in it (communication: exposed "
             "collective kernels); device idle time goes to what the host was doing (data wait, sync), else "
             "to idle/other"
         )
     else:
-        claimed = host_phase
+        claimed, drain = host_phase, EMPTY
     if not out.labelled:
         out.notes.append(
             "no bottleneck/ labels in the trace: forward and backward are told apart only "
@@ -197,6 +201,16 @@ def step_phases(
             )
         )
     per_phase = {p: per_window_total(claimed[p], starts, ends) / 1000.0 for p in Phase}
+    if len(drain):
+        # As the breakdown does: device idle the host caused (it launched late) is sync, up to the time
+        # the host spent blocked in syncs in that step (the pipeline drains while it waits, then idles
+        # until the host catches up).
+        blocked = intersect(spans.get(Phase.SYNC, EMPTY), merge(starts, ends))  # all sync calls, as sync_api
+        host_sync = per_window_total(blocked, starts, ends) / 1000.0
+        drained = per_window_total(drain, starts, ends) / 1000.0
+        extra = np.minimum(drained, np.maximum(0.0, host_sync - per_phase[Phase.SYNC]))
+        per_phase[Phase.SYNC] = per_phase[Phase.SYNC] + extra
+        per_phase[Phase.OTHER] = per_phase[Phase.OTHER] - extra
     numbers = _step_numbers(trace, on_main, starts)
     for i in range(starts.size):
         ms = {p.value: float(per_phase[p][i]) for p in Phase}
@@ -318,14 +332,15 @@ def _phase_spans(trace: Trace, on_main: np.ndarray) -> dict[Phase, Intervals]:
 
 def _device_phases(
     trace: Trace, windows: Intervals, host_phase: dict[Phase, Intervals], main: np.ndarray, labelled: bool
-) -> dict[Phase, Intervals]:
+) -> tuple[dict[Phase, Intervals], Intervals]:
     """GPU steps on the device timeline: the device is where time goes, the host only launches.
 
     Device work belongs to the phase the host was in when it launched it (its runtime call's start);
     without the callback's labels, work launched from another thread is backward (autograd runs it on its
     own device thread) and the rest forward. Communication is collective kernel time not overlapped by
     compute (the breakdown's ``comm_exposed``). Device idle time is data wait or sync when the host was
-    waiting for data or blocked in a sync then, else idle/other.
+    waiting for data or blocked in a sync then, else idle/other. Also returns the idle/other time the host
+    caused (gaps ended by work launched after they began: HTA's "host wait"), for the sync cap.
     """
     from lightning_bottleneck.analysis.trace_metrics import is_comm_kernel
 
@@ -370,7 +385,23 @@ def _device_phases(
     claimed[Phase.OTHER] = merge(
         np.concatenate([unowned.starts, idle.starts]), np.concatenate([unowned.ends, idle.ends])
     )
-    return claimed
+    return claimed, intersect(idle, _host_wait_gaps(trace, windows, work, launch_ts))
+
+
+def _host_wait_gaps(trace: Trace, windows: Intervals, work: np.ndarray, launch_ts: np.ndarray) -> Intervals:
+    """Device gaps (no work on any stream) ended by work whose launch call started after the gap began."""
+    gaps = subtract(windows, _merged(trace, work))
+    idx = np.flatnonzero(work)
+    if len(gaps) == 0 or idx.size == 0:
+        return EMPTY
+    idx = idx[np.argsort(trace.ts[idx], kind="stable")]
+    nxt = np.searchsorted(trace.ts[idx], gaps.ends - GAP_END_TOLERANCE_US, side="left")
+    has_next = nxt < idx.size
+    has_next[has_next] &= trace.ts[idx[nxt[has_next]]] <= gaps.ends[has_next] + GAP_END_TOLERANCE_US
+    host_wait = np.zeros(len(gaps), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        host_wait[has_next] = launch_ts[idx[nxt[has_next]]] > gaps.starts[has_next]
+    return Intervals(gaps.starts[host_wait], gaps.ends[host_wait])
 
 
 def _launches(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
