@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.report import Report
 
@@ -60,44 +62,72 @@ def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Escape what would turn prose into markup: table pipes, and a ``#`` that starts a line."""
+    text = text.replace("|", "\\|")
+    return re.sub(r"(?m)^(\s*)#", r"\1\\#", text)
+
+
+def _fence(code: str) -> list[str]:
+    """A fenced code block, unindented: Python-Markdown (TensorBoard's renderer, with its ``fenced_code``
+    extension) only sees fences at the start of a line, and never inside a list item, so advice items
+    are paragraphs, not a numbered list."""
+    ticks = "```"
+    while ticks in code:
+        ticks += "`"
+    return [ticks + "python", code.rstrip("\n"), ticks]
 
 
 def render_markdown(report: Report) -> str:
-    """Markdown for TensorBoard's Text tab (tables render there)."""
-    out = [f"## Verdict: **{report.primary.value}**", "", headline(report), "", _step_line(report), ""]
+    """Markdown for TensorBoard's Text tab.
+
+    TensorBoard renders it server-side with Python-Markdown (``tables`` and ``fenced_code`` extensions)
+    and shows it in a column about 700 px wide, so tables have two or three columns at most, snippets are
+    fenced code blocks (a ``# comment`` in a snippet stays code, never a heading), and evidence reads as
+    one row per finding with its severity in the first, short column. Order: verdict, advice, evidence,
+    breakdown table, ranks, notes.
+    """
+    out = [
+        f"## Verdict: **{report.primary.value}**",
+        "",
+        f"**{headline(report)}**",
+        "",
+        _step_line(report),
+        "",
+    ]
     if report.breakdown:
-        out += ["| share of step time | value |", "|---|---|"]
-        for k, v in sorted(report.breakdown.items(), key=lambda kv: -kv[1]):
-            out.append(f"| {k} | {v:.1%} |")
-        out.append("")
-    if report.findings:
-        out += ["### Evidence", "", "| severity | kind | finding | location |", "|---|---|---|---|"]
-        for f in report.findings:
-            out.append(
-                f"| {f.severity.value} | {f.kind} | {_md_escape(f.summary)} | {_md_escape(f.location or '')} |"
-            )
-        out.append("")
+        shares = sorted(report.breakdown.items(), key=lambda kv: -kv[1])
+        out += ["Breakdown: " + " · ".join(f"{k} {v:.0%}" for k, v in shares if v >= 0.005), ""]
+    # The card TensorBoard draws is a few hundred pixels tall and scrolls: the change to make comes first.
     if report.recommendations:
         out += ["### Advice", ""]
         for i, r in enumerate(report.recommendations, 1):
-            settings = ", ".join(f"`{k}={v!r}`" for k, v in r.settings.items())
-            out.append(
-                f"{i}. **{r.title}**: {_md_escape(r.detail)}" + (f" Settings: {settings}" if settings else "")
-            )
+            out += [f"**{i}. {_md_escape(r.title)}**", "", _md_escape(r.detail), ""]
+            if r.settings:
+                settings = ", ".join(f"`{k}={v!r}`" for k, v in r.settings.items())
+                out += [f"Settings: {settings}", ""]
             if r.snippet:
-                out += ["", "    " + r.snippet.replace("\n", "\n    "), ""]
+                out += [*_fence(r.snippet), ""]
+    if report.findings:
+        out += ["### Evidence", "", "| severity | finding |", "|:---|:---|"]
+        for f in report.findings:
+            loc = f" (at `{f.location}`)" if f.location and f.location not in f.summary else ""
+            out.append(f"| {f.severity.value} | **{f.kind}**: {_md_escape(f.summary)}{loc} |")
+        out.append("")
+    if report.breakdown:
+        out += ["### Share of step time", "", "| bucket | share |", "|:---|---:|"]
+        for k, v in sorted(report.breakdown.items(), key=lambda kv: -kv[1]):
+            out.append(f"| {k} | {v:.1%} |")
         out.append("")
     if report.ranks and len(report.ranks) > 1:
-        out += ["### Ranks", "", "| rank | verdict | median step ms |", "|---|---|---|"]
+        out += ["### Ranks", "", "| rank | verdict | median step ms |", "|---:|:---|---:|"]
         for rank in report.ranks:
             st = f"{rank.step_time_ms.median:.1f}" if rank.step_time_ms else ""
             out.append(f"| {rank.rank} | {rank.primary.value} | {st} |")
         out.append("")
     if report.stragglers:
-        out.append(f"Stragglers: {', '.join(str(r) for r in report.stragglers)}")
+        out += [f"Stragglers: {', '.join(str(r) for r in report.stragglers)}", ""]
     for note in report.notes:
-        out.append(f"> {note}")
+        out += [f"> {_md_escape(note)}", ""]
     if report.trace_files:
-        out += ["", "Traces (PyTorch Profiler tab): " + ", ".join(f"`{t}`" for t in report.trace_files)]
+        out += ["Traces (PyTorch Profiler tab): " + ", ".join(f"`{t}`" for t in report.trace_files)]
     return "\n".join(out)
