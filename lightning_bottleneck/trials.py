@@ -29,13 +29,14 @@ import random
 import statistics
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
 
+from lightning_bottleneck.contention import assess, take_snapshot
 from lightning_bottleneck.cpus import cpu_has_bf16
 
 __all__ = ["DEFAULT_BUDGET_S", "NOISE_BAND", "TrialReport", "TrialResult", "run_trials"]
@@ -116,6 +117,7 @@ class TrialReport:
     budget_s: float = DEFAULT_BUDGET_S
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    contention: dict[str, Any] | None = None  # contention.assess() over the trials, as a dict
 
     @property
     def best(self) -> TrialResult | None:
@@ -129,6 +131,7 @@ class TrialReport:
             "budget_s": self.budget_s,
             "elapsed_s": round(self.elapsed_s, 3),
             "notes": list(self.notes),
+            "contention": self.contention,
         }
 
     def __str__(self) -> str:
@@ -455,14 +458,14 @@ class _StepRunner:
     def run(self, fn: Callable[[Any], None], ctx: Callable[[], contextlib.AbstractContextManager[Any]],
             batch: Any, n: int = 1) -> float:  # fmt: skip
         """Seconds per step for ``n`` steps (grads reset to None before each, as ``zero_grad`` does)."""
-        self._sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            for p in self.params:
-                p.grad = None
-            with ctx():
+        with ctx():  # entered once per sample: its own cost is not the lever's
+            self._sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                for p in self.params:
+                    p.grad = None
                 fn(batch)
-        self._sync()
+            self._sync()
         return (time.perf_counter() - t0) / n
 
 
@@ -540,6 +543,7 @@ def run_trials(
         device = first.device if first is not None else torch.device("cpu")
     device = torch.device(device)
     start = time.perf_counter()
+    before = take_snapshot(threads=torch.get_num_threads())
     with _restored_globals(), _restored_rng(device), _preserved_module(module):
         torch.set_grad_enabled(True)
         try:
@@ -550,7 +554,20 @@ def run_trials(
         except Exception as err:  # a trial must never break training
             report.notes.append(f"trials stopped: {type(err).__name__}: {err}")
     report.elapsed_s = time.perf_counter() - start
+    busy = assess(before, take_snapshot(threads=torch.get_num_threads()))
+    report.contention = busy.to_dict()
+    if busy.busy and any(r.recommended for r in report.results):
+        # A win measured while other processes took the CPUs may be the contention's doing (fewer threads
+        # waiting at barriers) and vanish on a quiet machine: keep it as evidence, do not advise it.
+        why = "measured on a busy machine; not advised until confirmed on a quiet one"
+        report.results = [replace(r, recommended=False, note=_join(r.note, why)) if r.recommended else r
+                          for r in report.results]  # fmt: skip
+        report.notes.append(f"busy machine during the trials: {busy.note}")
     return report
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
 
 
 def _run(
@@ -660,7 +677,7 @@ def _measure(
             else ("slower" if speedup < 1.0 else "lower quartile not above 1.0")
         )
     if lever.name == "channels_last":
-        note = (note + "; " if note else "") + "inputs converted; convert the model too"
+        note = _join(note, "inputs converted; convert the model too")
     return TrialResult(
         lever.name,
         lever.settings,
