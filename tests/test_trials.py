@@ -211,25 +211,33 @@ def test_compile_over_its_budget_is_not_run() -> None:
     assert "over compile_budget_s=1" in result.note
 
 
-class _Sleep:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+class Sleepy(Net):
+    """``training_step`` sleeps ``delay`` seconds: a lever's context sets it (a slower or faster path)."""
 
-    def __enter__(self) -> None:
-        time.sleep(self.seconds)
+    delay = 0.0
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        time.sleep(self.delay)
+        return super().training_step(batch, batch_idx)
+
+
+@contextlib.contextmanager
+def _delay(model: Sleepy, seconds: float) -> Iterator[None]:
+    model.delay = seconds
+    try:
+        yield
+    finally:
+        model.delay = 0.0
 
 
 def _judge(base_sleep: float, lever_sleep: float) -> TrialResult:
-    model = Net()
+    model = Sleepy()
     batch = (torch.randn(16, 32), torch.randn(16, 1))
     runner = trials._StepRunner(model, batch, 0, torch.device("cpu"))
-    lever = trials._Lever("test-lever", {"x": 1}, lambda: _Sleep(lever_sleep))
+    lever = trials._Lever("test-lever", {"x": 1}, lambda: _delay(model, lever_sleep))
     with trials._preserved_module(model):
         return trials._measure(
-            runner, lever, runner.step_fn(), lambda: _Sleep(base_sleep), batch, inner=1, t_step=0.005,
+            runner, lever, runner.step_fn(), lambda: _delay(model, base_sleep), batch, inner=1, t_step=0.005,
             share=0.5, compile_budget_s=0.0, noise_band=trials.NOISE_BAND,
         )  # fmt: skip
 
@@ -277,3 +285,25 @@ def test_trials_on_cuda_try_autocast_and_tf32() -> None:
     assert all(r.measured_speedup is not None for r in report.results), report
     assert (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32) == before
     print(report)
+
+
+def test_a_win_measured_on_a_busy_machine_is_kept_but_not_advised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_bottleneck import contention
+
+    busy = contention.Contention(
+        True, 1.0, 0.5, 1.5, 2.0, 0.5, 200.0, 0.0, 3.0, "other processes used 1.50 ..."
+    )
+    monkeypatch.setattr(
+        trials, "assess", lambda start, end: busy
+    )  # the verdict; spinners are tested elsewhere
+    model = Sleepy()
+    monkeypatch.setattr(trials, "_baseline_context", lambda precision, device: lambda: _delay(model, 0.02))
+    monkeypatch.setattr(
+        trials, "_levers", lambda *a: ([trials._Lever("fast", {"x": 1}, contextlib.nullcontext)], [])
+    )
+    report = run_trials(model, (torch.randn(16, 32), torch.randn(16, 1)), budget_s=1.0)
+    (result,) = report.results
+    assert result.measured_speedup is not None and result.measured_speedup > 1.2
+    assert not result.recommended and "busy machine" in result.note and report.best is None
+    assert report.contention is not None and report.contention["busy"] is True
+    assert any("busy machine" in n for n in report.notes)
