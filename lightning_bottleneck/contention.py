@@ -257,11 +257,12 @@ def assess(start: CpuSnapshot, end: CpuSnapshot, wanted_cores: float | None = No
             "window timings are inflated by waiting for a core and shares measured on the host are less "
             "reliable; rerun on a quiet machine or with fewer threads (torch.set_num_threads) to confirm"
         )
-        if end.threads > (free or own_cores) + 0.5:
+        avail = free if free is not None else own_cores
+        fewer = max(1, int(avail))
+        if end.threads > avail + 0.5 and fewer < end.threads:
             parts.append(
-                f"{end.threads} intra-op threads for about {max(free or own_cores, 0):.1f} free core(s): "
-                f"torch.set_num_threads({max(1, int(free or own_cores))}) avoids threads waiting on a "
-                "descheduled core"
+                f"{end.threads} intra-op threads for about {avail:.1f} free core(s): "
+                f"torch.set_num_threads({fewer}) avoids threads waiting on a descheduled core"
             )
     return Contention(
         busy=busy,

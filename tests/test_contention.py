@@ -114,3 +114,8 @@ def test_snapshot_is_cheap() -> None:
     for _ in range(20):
         take_snapshot()
     assert (time.perf_counter() - t0) / 20 < 0.02  # a few file reads: well under the 20 ms bound
+
+
+def test_no_thread_hint_for_a_single_threaded_run() -> None:
+    c = assess(_snap(threads=1), _snap(threads=1, wall_s=1.0, cpu_s=0.4, cpus_busy_s=2.0, cpus_total_s=2.0))
+    assert c.busy and "set_num_threads" not in c.note

@@ -43,3 +43,8 @@ def test_too_few_steps_is_not_judged() -> None:
     c = check_window([100.0, 101.0], OUT)
     assert c.representative and c.ratio is None and "too few" in c.note
     assert c.to_dict()["representative"] is True
+
+
+def test_single_thread_on_a_busy_machine_is_contention_not_threads() -> None:
+    c = check_window([300.0] * 4, OUT, contended=True, intra_op_threads=1, free_cores=0.4)
+    assert c.likely_cause == "contention" and "set_num_threads" not in c.note

@@ -106,7 +106,7 @@ def _slow_cause(
     free: float | None,
     ops_per_step: float | None,
 ) -> tuple[str, str]:
-    if threads is not None and free is not None and threads > free + 0.5:
+    if threads is not None and free is not None and threads > free + 0.5 and max(1, int(free)) < threads:
         return "threads", (
             f"{threads} intra-op threads for about {free:.1f} free core(s): threads wait on a descheduled "
             f"core at every parallel op; torch.set_num_threads({max(1, int(free))}) or a quieter machine"
