@@ -255,7 +255,7 @@ def assess(start: CpuSnapshot, end: CpuSnapshot, wanted_cores: float | None = No
     if busy:
         parts.append(
             "window timings are inflated by waiting for a core and shares measured on the host are less "
-            "reliable; rerun on a quiet machine or with fewer threads (torch.set_num_threads) to confirm"
+            "reliable; rerun on a quiet machine to confirm"
         )
         avail = free if free is not None else own_cores
         fewer = max(1, int(avail))
