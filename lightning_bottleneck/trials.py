@@ -97,7 +97,8 @@ class TrialResult:
 
     def __str__(self) -> str:
         if self.measured_speedup is None:
-            return f"{self.name}: not measured ({self.note})"
+            compiled = f"; compile {self.compile_s:.1f} s" if self.compile_s is not None else ""
+            return f"{self.name}: {self.note}{compiled}"
         verdict = "recommended" if self.recommended else "not recommended"
         text = (
             f"{self.name}: {self.measured_speedup:.2f}x (IQR {self.spread or 0.0:.2f}, "
@@ -567,7 +568,7 @@ def run_trials(
 
 
 def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b
+    return f"{a}; {b}" if a and b else a or b
 
 
 def _run(
@@ -649,13 +650,17 @@ def _measure(
         t0 = time.perf_counter()
         runner.run(fn, lever.context, lever_batch)
         compile_s = max(0.0, time.perf_counter() - t0 - t_step)  # the first call: compile + one step
+    graphs_before = _dynamo_graphs()
+    base_t: list[float] = []
+    lever_t: list[float] = []
     try:
+        deadline = time.perf_counter() + share  # compile time excluded: it has its own budget
         runner.run(fn, lever.context, lever_batch)  # warm-up of the lever's path
         pair_s = 2 * t_step * inner
         reps = max(MIN_REPETITIONS, min(MAX_REPETITIONS, int((share - t_step) / pair_s)))
-        base_t: list[float] = []
-        lever_t: list[float] = []
         for r in range(reps):
+            if time.perf_counter() > deadline:  # a lever far slower than planned (recompiling, swapping)
+                break
             if r % 2 == 0:  # alternate the order inside each pair: neither side always runs second
                 base_t.append(runner.run(eager, base_ctx, batch, inner))
                 lever_t.append(runner.run(fn, lever.context, lever_batch, inner))
@@ -663,8 +668,24 @@ def _measure(
                 lever_t.append(runner.run(fn, lever.context, lever_batch, inner))
                 base_t.append(runner.run(eager, base_ctx, batch, inner))
     finally:
+        recompiles = _dynamo_graphs() - graphs_before if lever.compile else 0
         if reset_dynamo:
             torch._dynamo.reset()
+    recompiled = (
+        f"dynamo compiled {recompiles} more graph(s) after the first call (recompiles: training_step "
+        "changes state dynamo guards on, such as a Python counter or a shape)"
+        if recompiles > 0
+        else ""
+    )
+    reps = len(base_t)
+    if reps < MIN_REPETITIONS:
+        return TrialResult(
+            lever.name,
+            lever.settings,
+            repetitions=reps,
+            compile_s=None if compile_s is None else round(compile_s, 3),
+            note=_join(f"not measured: {reps} pair(s) fit in its share of the budget", recompiled),
+        )
     ratios = sorted(b / max(v, 1e-12) for b, v in zip(base_t, lever_t))
     q = statistics.quantiles(ratios, n=4, method="inclusive")
     speedup = statistics.median(ratios)
@@ -676,6 +697,7 @@ def _measure(
             if abs(speedup - 1.0) <= noise_band
             else ("slower" if speedup < 1.0 else "lower quartile not above 1.0")
         )
+    note = _join(note, recompiled)
     if lever.name == "channels_last":
         note = _join(note, "inputs converted; convert the model too")
     return TrialResult(
@@ -690,6 +712,16 @@ def _measure(
         recommended=recommended,
         note=note,
     )
+
+
+def _dynamo_graphs() -> int:
+    """Graphs dynamo has compiled so far in this process (0 when unknown)."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # pragma: no cover - private API moved
+        return 0
 
 
 def _dynamo_untouched() -> bool:

@@ -97,6 +97,7 @@ def test_fit_with_trials_is_bitwise_identical_to_fit_without(tmp_path: Path) -> 
 
     report = probe.report
     assert report is not None and report.skipped is None, report
+    print(report)  # shown with -s: which levers ran inside the fit
     measured = [r for r in report.results if r.measured_speedup is not None]
     assert measured, (
         report
