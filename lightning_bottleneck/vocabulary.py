@@ -205,3 +205,24 @@ def is_fp32_gemm(name: str) -> bool:
     if any(sig in low for sig in FP32_GEMM_SIGNATURES):
         return True
     return "float" in low and FP32_TEMPLATE.search(low) is not None
+
+
+#: CPU ops that do the math (matched on the op name): BLAS/oneDNN matmuls, convolutions, attention,
+#: recurrent cells, and oneDNN/MKL-DNN ops whatever their name (``aten::mkldnn_*``, ``aten::_mkldnn_*``,
+#: ``mkldnn::*``/``onednn::*`` records, ``_convolution`` and its backward), plus the CPU flash-attention
+#: kernels. Composite ops (``aten::linear``, ``aten::matmul``) only dispatch to these, so their own
+#: *self* time is dispatch and is judged as such.
+MATH_OPS = re.compile(
+    r"^(aten::(mm|addmm|_addmm_activation|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|addr|ger|"
+    r"_?convolution\w*|conv\w*|cudnn_convolution\w*|slow_conv\w*|thnn_conv\w*|_slow_conv\w*|"
+    r"_?mkldnn\w*|mkldnn\w*|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*|"
+    r"_int_mm|_weight_int\w*|_fused_rms_norm\w*|native_layer_norm\w*|native_batch_norm\w*|"
+    r"_batch_norm_impl_index\w*|lstm\w*|gru\w*|_thnn_fused\w*|_embedding_bag\w*)"
+    r"|mkldnn::|onednn::|ideep::)"
+)
+#: Ops that never count as host compute whatever their duration: host-device syncs and scalar reads,
+#: collectives (their time is communication), and the ops that only wait.
+NOT_COMPUTE_OPS = re.compile(
+    r"^(aten::(_local_scalar_dense|item|is_nonzero|_nested\w*|wait\w*|record_stream)|c10d|gloo|nccl|"
+    r"record_param_comms)"
+)

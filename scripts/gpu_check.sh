@@ -9,6 +9,8 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps -e . 2>&1 | tail -1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -m pytest -q -m gpu tests 2>&1 | tee "$OUT/gpu_tests.log"
+# trial path on CUDA: autocast bf16/fp16, TF32 (float32_matmul_precision=high), compile within its budget
+python3 benchmarks/trial_levers.py --device cuda --budget 10 --compile-budget 120 2>&1 | tee "$OUT/trial_levers.log"
 python3 examples/gpu_sync_item.py 2>&1 | tee "$OUT/gpu_sync_item.log"
 python3 examples/gpu_sync_item.py --no-item 2>&1 | tee "$OUT/gpu_sync_no_item.log"
 for s in input overhead compute; do

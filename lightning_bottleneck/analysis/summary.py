@@ -28,8 +28,8 @@ class TraceSummary:
 
     # ---- host side (main training thread: the thread carrying the step markers)
     data_wait: float = 0.0  # DataLoader ``enumerate(DataLoader)#...__next__`` spans
-    host_op_long: float = 0.0  # top-level CPU ops lasting >= LONG_HOST_OP_US (real work on CPU)
-    host_op_short: float = 0.0  # top-level CPU ops shorter than that (dispatch-dominated)
+    host_op_long: float = 0.0  # self time of the ops doing the math (CPU compute: _host_compute)
+    host_op_short: float = 0.0  # the rest of the top-level op time (dispatch, autograd bookkeeping)
     cpu_ops_per_step: float = 0.0  # all cpu_op events per step (any depth)
     cpu_op_median_us: float = 0.0  # median duration of top-level cpu ops
     sync_api: float = 0.0  # host time in cudaStream/Device/EventSynchronize and D2H cudaMemcpy

@@ -24,8 +24,10 @@ from lightning_bottleneck.vocabulary import (
     DEVICE_COLLECTIVE_ENQUEUE,
     LABEL_PREFIXES,
     LOCAL_SCALAR_DENSE,
+    MATH_OPS,
     MEMCPY_APIS,
     NAMESPACE,
+    NOT_COMPUTE_OPS,
     OPTIMIZER_STEP_PREFIX,
     PHASE_BACKWARD,
     PHASE_OPTIMIZER_STEP,
@@ -43,11 +45,18 @@ __all__ = ["gpu_temporal_breakdown", "summarize_trace"]
 
 # ---- thresholds ---------------------------------------------------------------------------------------
 
-#: A top-level CPU op at least this long is "real work"; shorter ones are dispatch-dominated. Eager
-#: PyTorch spends ~5-20 µs per op in Python + dispatcher + (on GPU) the launch itself before any data is
-#: touched (a 32-element ``aten::add`` measures 5-20 µs on current CPUs); 50 µs is 2.5x the top of that
-#: range, so an op above it is doing work that grows with the tensor, not with the op count.
+#: On a CPU-only trace an op *other than the math family below* (a large element-wise op, a reduction,
+#: a fused optimizer ``_foreach_*``) is real work when its median SELF time per call is at least this.
+#: Eager PyTorch spends ~5-20 µs per op in Python + dispatcher before any data is touched (a 32-element
+#: ``aten::add`` measures 5-20 µs on current CPUs, of which ~1-3 µs inside the op's own span); 50 µs is
+#: 2.5x the top of that range, so the op's own time grows with the tensor, not with the op count.
 LONG_HOST_OP_US = 50.0
+
+#: A math-family op (:data:`MATH_OPS`: matmul, conv, attention, oneDNN) is real work when its median
+#: self time per call is at least this: below it the call is dispatch plus the BLAS/oneDNN call set-up
+#: (an 8x8 ``aten::mm`` measures 2-6 µs of self time here; a 64x64x64 one, 262k flops, ~10 µs at a few
+#: GFLOP/s of one core), so 10 µs is the smallest matmul whose arithmetic outweighs its call.
+MATH_OP_MIN_US = 10.0
 
 #: A kernel shorter than this runs for less time than the host needs to launch the next one
 #: (cudaLaunchKernel costs ~3-10 µs of host time plus a few µs of device-side launch latency), so a GPU
@@ -156,10 +165,18 @@ def _host_metrics(trace: Trace, steps: Steps, total: float, s: TraceSummary) -> 
     top_idx = main_ops[top]
     top_idx = top_idx[_in_windows(trace.ts[top_idx], steps)]
     durs = trace.dur[top_idx]
-    long_ = durs >= LONG_HOST_OP_US
-    s.host_op_long = _share(merge(trace.ts[top_idx[long_]], trace.end[top_idx[long_]]), windows, total)
-    s.host_op_short = _share(merge(trace.ts[top_idx[~long_]], trace.end[top_idx[~long_]]), windows, total)
+    loader_iv = _merged(trace, main & (cpu_op | annotation) & dataloader)
+    host = _host_compute(trace, main_ops, steps, loader_iv, total)
+    s.host_op_long = host.compute
+    top_iv = intersect(merge(trace.ts[top_idx], trace.end[top_idx]), windows)
+    s.host_op_short = max(0.0, subtract(top_iv, loader_iv).total / total - host.compute)
     s.cpu_op_median_us = round(float(np.median(durs)), 3) if durs.size else 0.0
+    s.extra["host_compute_ops"] = host.top_ops
+    s.extra["host_classification"] = (
+        f"self time of math ops (median >= {MATH_OP_MIN_US:g} us/call) and of other ops with median "
+        f">= {LONG_HOST_OP_US:g} us/call is compute; the rest (dispatch, autograd bookkeeping, Python "
+        "gaps) is overhead"
+    )
     s.cpu_ops_per_step = float(_in_windows(trace.ts[ops], steps).sum()) / n_steps
     # Attention written by hand (softmax between matmuls) vs the fused kernel: drives the SDPA advice.
     softmax = ops & trace.name_mask(lambda n: n in ("aten::softmax", "aten::_softmax"))
@@ -167,7 +184,6 @@ def _host_metrics(trace: Trace, steps: Steps, total: float, s: TraceSummary) -> 
     s.softmax_per_step = float(_in_windows(trace.ts[softmax], steps).sum()) / n_steps
     s.sdpa_per_step = float(_in_windows(trace.ts[sdpa], steps).sum()) / n_steps
     s.extra["top_level_ops_per_step"] = round(top_idx.size / n_steps, 2)
-    s.extra["long_host_op_us"] = LONG_HOST_OP_US
 
     # sync APIs: sync calls and device-to-host copies, any host thread
     runtime = trace.kind == EventKind.RUNTIME
@@ -207,6 +223,87 @@ def _host_metrics(trace: Trace, steps: Steps, total: float, s: TraceSummary) -> 
         update = subtract(_merged(trace, opt), _merged(trace, labelled))
         phases[PHASE_OPTIMIZER_STEP] = round(_share(update, windows, total), 6)
     s.phases = phases
+
+
+@dataclass
+class _HostCompute:
+    compute: float  # share of step time
+    top_ops: dict[str, float]  # the largest compute ops by name -> share of step time
+
+
+#: How many op names :func:`_host_compute` lists as evidence.
+HOST_COMPUTE_TOP_OPS = 5
+
+
+def _self_times(trace: Trace, sorted_ops: np.ndarray) -> np.ndarray:
+    """Self time of each op (its duration minus its direct children's), ops sorted by (ts, -dur)."""
+    ts, dur = trace.ts[sorted_ops], trace.dur[sorted_ops]
+    end = ts + dur
+    child = np.zeros(sorted_ops.size)
+    stack: list[int] = []
+    for i in range(sorted_ops.size):
+        t = ts[i]
+        while stack and end[stack[-1]] <= t:
+            stack.pop()
+        if stack:
+            child[stack[-1]] += dur[i]
+        stack.append(i)
+    return np.maximum(dur - child, 0.0)
+
+
+def _host_compute(
+    trace: Trace, sorted_ops: np.ndarray, steps: _Steps, exclude: Intervals, total: float
+) -> _HostCompute:
+    """CPU-only compute: the SELF time of the ops that do the math, not the length of top-level spans.
+
+    A top-level span's length mixes the op's arithmetic with its dispatch, its children's dispatch and,
+    on a busy machine, the time the process was descheduled (a 1 µs ``aten::mul`` preempted for 300 µs
+    looks like work). So the self time of every main-thread op in the analysed steps (outside DataLoader
+    fetches) is computed, and an op *name* counts as compute when its MEDIAN self time per call shows
+    work: :data:`MATH_OP_MIN_US` for the math family (:data:`MATH_OPS`), :data:`LONG_HOST_OP_US` for any
+    other ``aten::`` op (large element-wise ops, reductions, fused optimizers). Medians are insensitive to
+    the few calls a busy machine stretches, so a tiny-op loop stays overhead however loaded the machine
+    is. Autograd bookkeeping (``autograd::engine::*``, ``*Backward0``, ``AccumulateGrad``), syncs and
+    collectives never count.
+    """
+    if sorted_ops.size == 0 or total <= 0:
+        return _HostCompute(0.0, {})
+    self_us = _self_times(trace, sorted_ops)
+    keep = _in_windows(trace.ts[sorted_ops], steps)
+    if len(exclude):
+        keep &= ~_in_intervals(trace.ts[sorted_ops], exclude)
+    idx, self_us = sorted_ops[keep], self_us[keep]
+    if idx.size == 0:
+        return _HostCompute(0.0, {})
+    names = trace.name[idx]
+    math_ids = set(trace.name_ids(lambda n: bool(MATH_OPS.match(n))).tolist())
+    aten_ids = set(trace.name_ids(lambda n: n.startswith("aten::") and not NOT_COMPUTE_OPS.match(n)).tolist())
+    order = np.argsort(names, kind="stable")
+    names_sorted, self_sorted = names[order], self_us[order]
+    uniq, first = np.unique(names_sorted, return_index=True)
+    per_name: dict[str, float] = {}
+    compute_us = 0.0
+    for name_id, vals in zip(uniq.tolist(), np.split(self_sorted, first[1:])):
+        if name_id in math_ids:
+            bound = MATH_OP_MIN_US
+        elif name_id in aten_ids:
+            bound = LONG_HOST_OP_US
+        else:
+            continue
+        if float(np.median(vals)) >= bound:
+            t = float(vals.sum())
+            compute_us += t
+            per_name[trace.names[int(name_id)]] = t / total
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:HOST_COMPUTE_TOP_OPS]
+    return _HostCompute(min(1.0, compute_us / total), {k: round(v, 4) for k, v in top})
+
+
+def _in_intervals(ts: np.ndarray, iv: Intervals) -> np.ndarray:
+    """Mask of timestamps inside one of the (merged, sorted) intervals."""
+    i = np.searchsorted(iv.starts, ts, side="right") - 1
+    ok = i >= 0
+    ok[ok] &= ts[ok] < iv.ends[i[ok]]
+    return ok
 
 
 def _copies_to_host(trace: Trace) -> np.ndarray:

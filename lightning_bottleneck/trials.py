@@ -1,0 +1,734 @@
+"""Trial steps on the live model: measure a compute lever before advising it.
+
+Given the LightningModule (under DDP: the inner module, so no collective runs), one real batch captured in
+the profiling window (already on the device), the Trainer's precision and a time budget, :func:`run_trials`
+times forward+backward (``training_step`` -> loss -> ``backward``; never an optimizer step) without and
+with each lever that applies, interleaved A/B, and returns one :class:`TrialResult` per lever.
+
+The trials leave training untouched: gradients (tensors and None-ness) are set aside and put back, buffers
+(BatchNorm statistics) and torchmetrics states are restored, RNG states (python, numpy, torch CPU and CUDA)
+and torch's global settings (matmul precision, cuDNN/oneDNN flags, grad mode) are restored, train/eval
+modes are restored, ``self.log``/``self.log_dict`` calls are discarded, and ``torch.compile`` is applied to
+a wrapper function (dynamo's caches are reset afterwards when nothing else had been compiled).
+
+Example::
+
+    from lightning_bottleneck.trials import run_trials
+
+    # in a callback's on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx):
+    report = run_trials(pl_module, batch, batch_idx=batch_idx, precision=trainer.precision, budget_s=5.0)
+    print(report)                       # one line per lever: speedup, spread, repetitions, verdict
+    report.best                         # the recommended lever with the largest speedup, or None
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from lightning_bottleneck.contention import assess, take_snapshot
+from lightning_bottleneck.cpus import cpu_has_bf16
+
+__all__ = ["DEFAULT_BUDGET_S", "NOISE_BAND", "TrialReport", "TrialResult", "run_trials"]
+
+# ---- named constants ------------------------------------------------------------------------------------
+
+#: Seconds of trial steps after the window by default: a few seconds, once per fit, next to runs of
+#: minutes to days (the callback's own window is ~15 steps). 0 turns the trials off.
+DEFAULT_BUDGET_S = 5.0
+#: Seconds ``torch.compile`` may take by default, on top of ``budget_s`` (compile is paid once per run:
+#: Inductor compiles small models in 10-60 s; a larger estimate skips the lever with a note).
+DEFAULT_COMPILE_BUDGET_S = 60.0
+#: A lever is recommended only when its median speedup is above ``1 + NOISE_BAND``: the same 3% band the
+#: one-change loop uses (:data:`lightning_bottleneck.compare.COMPARE_NOISE`; torch.utils.benchmark's
+#: ``Compare`` highlights differences from about that size too).
+NOISE_BAND = 0.03
+#: Fewest A/B pairs a lever is judged on; the median of 3 pairs already survives one disturbed pair.
+MIN_REPETITIONS = 3
+#: Most A/B pairs: beyond ~15 pairs the median moves less than the noise band (tested on the tiny-op and
+#: wide-MLP scenarios here).
+MAX_REPETITIONS = 15
+#: A timed sample repeats the step until it lasts at least this long, so timer resolution and per-call
+#: jitter stay under 1% of it (torch.utils.benchmark's ``blocked_autorange`` aims at 0.1-1 s blocks; a
+#: few ms suffices for relative A/B comparisons of one step).
+MIN_SAMPLE_S = 0.005
+#: Compile-time estimate for the budget check: seconds per aten op traced in one forward+backward, plus a
+#: fixed start-up. Measured here (2 shared cores, torch 2.13 Inductor): the tiny-op scenario's 2145 ops
+#: took 158 s to compile (0.07 s/op); a quiet or larger machine compiles faster, so this errs on skipping.
+COMPILE_S_PER_OP = 0.07
+COMPILE_S_FIXED = 5.0
+
+
+# ---- result objects ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One lever measured against the unchanged step (like ``torch.utils.benchmark.Measurement``).
+
+    ``measured_speedup`` is the median over A/B pairs of baseline time / lever time (>1: faster);
+    ``spread`` the inter-quartile range of those ratios; ``settings`` is what the user would change
+    (a Trainer argument or a torch setting), ``compile_s`` the one-off compile time (compile only).
+    """
+
+    name: str
+    settings: dict[str, Any]
+    measured_speedup: float | None = None
+    spread: float | None = None
+    repetitions: int = 0
+    baseline_ms: float | None = None
+    lever_ms: float | None = None
+    compile_s: float | None = None
+    recommended: bool = False
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        if self.measured_speedup is None:
+            compiled = f"; compile {self.compile_s:.1f} s" if self.compile_s is not None else ""
+            return f"{self.name}: {self.note}{compiled}"
+        verdict = "recommended" if self.recommended else "not recommended"
+        text = (
+            f"{self.name}: {self.measured_speedup:.2f}x (IQR {self.spread or 0.0:.2f}, "
+            f"{self.repetitions} pairs, {self.baseline_ms:.2f} -> {self.lever_ms:.2f} ms/step), {verdict}"
+        )
+        if self.compile_s is not None:
+            text += f"; compile {self.compile_s:.1f} s"
+        return text + (f" ({self.note})" if self.note else "")
+
+
+@dataclass
+class TrialReport:
+    """All levers tried on one batch; ``skipped`` says why nothing was tried (manual optimization ...)."""
+
+    results: list[TrialResult] = field(default_factory=list)
+    skipped: str | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+    elapsed_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    contention: dict[str, Any] | None = None  # contention.assess() over the trials, as a dict
+
+    @property
+    def best(self) -> TrialResult | None:
+        wins = [r for r in self.results if r.recommended and r.measured_speedup is not None]
+        return max(wins, key=lambda r: r.measured_speedup or 0.0) if wins else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "results": [r.to_dict() for r in self.results],
+            "skipped": self.skipped,
+            "budget_s": self.budget_s,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "notes": list(self.notes),
+            "contention": self.contention,
+        }
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return f"trials skipped: {self.skipped}"
+        lines = [f"trials ({self.elapsed_s:.1f} s of a {self.budget_s:g} s budget):"]
+        lines += [f"  {r}" for r in self.results]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# ---- levers ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Lever:
+    name: str
+    settings: dict[str, Any]
+    context: Callable[[], contextlib.AbstractContextManager[Any]]
+    transform_batch: Callable[[Any], Any] | None = None
+    compile: bool = False
+
+
+def _autocast(device_type: str, dtype: torch.dtype) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    return lambda: torch.autocast(device_type=device_type, dtype=dtype)
+
+
+@contextlib.contextmanager
+def _matmul_precision(value: str) -> Iterator[None]:
+    with _restored_globals():
+        torch.set_float32_matmul_precision(value)
+        yield
+
+
+def _baseline_context(
+    precision: str, device_type: str
+) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """The autocast the Trainer's precision plugin wraps ``training_step`` in, so the baseline is training."""
+    p = str(precision)
+    if p in ("bf16-mixed", "bf16"):
+        return _autocast(device_type, torch.bfloat16)
+    if p in ("16-mixed", "16"):
+        return _autocast(device_type, torch.float16)
+    return contextlib.nullcontext
+
+
+def _levers(
+    module: nn.Module, batch: Any, device: torch.device, precision: str
+) -> tuple[list[_Lever], list[str]]:
+    levers: list[_Lever] = []
+    notes: list[str] = []
+    p = str(precision)
+    full_fp32 = p in ("32-true", "32")
+    base = _baseline_context(p, device.type)
+    if full_fp32:
+        if device.type == "cuda":
+            bf16 = torch.cuda.is_bf16_supported()
+            dtype, setting = (torch.bfloat16, "bf16-mixed") if bf16 else (torch.float16, "16-mixed")
+            levers.append(_Lever(setting, {"precision": setting}, _autocast("cuda", dtype)))
+        elif device.type == "cpu":
+            if cpu_has_bf16():
+                levers.append(
+                    _Lever("bf16-mixed", {"precision": "bf16-mixed"}, _autocast("cpu", torch.bfloat16))
+                )
+            else:
+                notes.append("bf16-mixed not tried: this CPU has no native bf16 (AVX512-BF16/AMX)")
+        if torch.get_float32_matmul_precision() == "highest":
+            for value in _matmul_precisions(device):
+                levers.append(
+                    _Lever(
+                        f"float32_matmul_precision={value}",
+                        {"float32_matmul_precision": value},
+                        lambda value=value: _matmul_precision(value),  # type: ignore[misc]
+                    )
+                )
+    else:
+        notes.append(f"precision levers not tried: the Trainer already runs precision={p!r}")
+    if _has_conv(module) and _has_4d_float(batch):
+        levers.append(
+            _Lever(
+                "channels_last",
+                {"channels_last": True},
+                base,
+                transform_batch=_to_channels_last,
+            )
+        )
+    if _already_compiled(module):
+        notes.append("torch.compile not tried: the model is already compiled")
+    else:
+        levers.append(_Lever("compile", {"compile": True, "compile_mode": "default"}, base, compile=True))
+    return levers, notes
+
+
+def _select(
+    levers: list[_Lever], only: list[str] | None, compile_budget_s: float, notes: list[str]
+) -> list[_Lever]:
+    if only is not None:
+        levers = [lv for lv in levers if lv.name in only]
+    if compile_budget_s <= 0 and any(lv.compile for lv in levers):
+        notes.append("torch.compile not tried: compile_budget_s=0")
+        levers = [lv for lv in levers if not lv.compile]
+    return levers
+
+
+def _matmul_precisions(device: torch.device) -> list[str]:
+    """The ``float32_matmul_precision`` values that change the matmul path on this device.
+
+    CUDA: "high" (TF32) from Ampere (sm80). CPU (oneDNN): "high" allows TF32 only with AMX (tiles),
+    "medium" allows bf16 matmuls on CPUs with native bf16 (AVX512-BF16/AMX).
+    """
+    if device.type == "cuda":
+        return ["high"] if torch.cuda.get_device_capability(device)[0] >= 8 else []
+    if device.type != "cpu":
+        return []
+    out = []
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    if amx is not None and amx():
+        out.append("high")
+    if cpu_has_bf16():
+        out.append("medium")
+    return out
+
+
+def _has_conv(module: nn.Module) -> bool:
+    return any(
+        isinstance(m, (nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.ConvTranspose3d))
+        for m in module.modules()
+    )
+
+
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, dict):
+        for v in batch.values():
+            yield from _tensors(v)
+    elif isinstance(batch, (list, tuple)):
+        for v in batch:
+            yield from _tensors(v)
+
+
+def _has_4d_float(batch: Any) -> bool:
+    return any(t.dim() in (4, 5) and t.is_floating_point() for t in _tensors(batch))
+
+
+def _to_channels_last(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        if batch.is_floating_point() and batch.dim() == 4:
+            return batch.contiguous(memory_format=torch.channels_last)
+        if batch.is_floating_point() and batch.dim() == 5:
+            return batch.contiguous(memory_format=torch.channels_last_3d)
+        return batch
+    if isinstance(batch, dict):
+        return type(batch)({k: _to_channels_last(v) for k, v in batch.items()})
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(_to_channels_last(v) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_channels_last(v) for v in batch)
+    return batch
+
+
+def _already_compiled(module: nn.Module) -> bool:
+    if type(module).__name__ == "OptimizedModule":
+        return True
+    return getattr(module, "_compiler_ctx", None) is not None
+
+
+# ---- state that must survive the trials ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _restored_globals() -> Iterator[None]:
+    """Restore torch's global numerics settings (legacy and fp32_precision APIs) and grad mode."""
+    b = torch.backends
+    legacy: list[tuple[Any, str]] = [(b.cuda.matmul, "allow_tf32"), (b.cudnn, "allow_tf32")]
+    modern: list[tuple[Any, str]] = []
+    for path in ("mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn", "mkldnn", "cuda.matmul", "cudnn.conv",
+                 "cudnn.rnn", "cudnn", ""):  # fmt: skip
+        obj: Any = b
+        for part in filter(None, path.split(".")):
+            obj = getattr(obj, part, None)
+        if obj is not None and hasattr(obj, "fp32_precision"):
+            modern.append((obj, "fp32_precision"))
+    flags = [(b.cudnn, "benchmark"), (b.cudnn, "deterministic"), (b.cudnn, "enabled")]
+    matmul = torch.get_float32_matmul_precision()
+    saved_flags = [(o, a, getattr(o, a)) for o, a in flags]
+    saved_modern = _read(modern)
+    saved_legacy = _read(legacy)
+    grad = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(grad)
+        torch.set_float32_matmul_precision(matmul)
+        for o, a, v in saved_modern:  # the fp32_precision attributes first, the legacy flags after
+            with contextlib.suppress(Exception):
+                setattr(o, a, v)
+        for o, a, v in saved_legacy:
+            with contextlib.suppress(Exception):
+                if getattr(o, a) != v:
+                    setattr(o, a, v)
+        for o, a, v in saved_flags:
+            setattr(o, a, v)
+
+
+def _read(attrs: list[tuple[Any, str]]) -> list[tuple[Any, str, Any]]:
+    out = []
+    for o, a in attrs:
+        with contextlib.suppress(Exception):  # an API mix torch refuses to read: left alone
+            out.append((o, a, getattr(o, a)))
+    return out
+
+
+@contextlib.contextmanager
+def _restored_rng(device: torch.device) -> Iterator[None]:
+    py = random.getstate()
+    npy = np.random.get_state()
+    cpu = torch.get_rng_state()
+    cuda = (
+        torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    )
+    try:
+        yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+@contextlib.contextmanager
+def _preserved_module(module: nn.Module) -> Iterator[None]:
+    """Grads set aside (the same tensor objects are put back), buffers and metric states copied back,
+    train/eval modes restored, ``log``/``log_dict`` replaced by no-ops."""
+    params = list(module.parameters())
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    modes = [(m, m.training) for m in module.modules()]
+    metrics = _metric_states(module)
+    patched = {name: module.__dict__.get(name, _MISSING) for name in ("log", "log_dict")}
+    for name in patched:
+        object.__setattr__(module, name, _discard)
+    try:
+        yield
+    finally:
+        for name, old in patched.items():
+            if old is _MISSING:
+                module.__dict__.pop(name, None)
+            else:
+                object.__setattr__(module, name, old)
+        for p, g in zip(params, grads):
+            p.grad = g
+        with torch.no_grad():
+            for b, v in buffers:
+                b.copy_(v)
+        for m, training in modes:
+            m.training = training
+        for m, state in metrics:
+            for k, v in state.items():
+                setattr(m, k, v)
+
+
+_MISSING = object()
+
+
+def _discard(*args: Any, **kwargs: Any) -> None:
+    """Stands in for ``LightningModule.log``/``log_dict`` during trials: nothing is logged."""
+
+
+def _metric_states(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
+    """torchmetrics states (not buffers): each ``Metric``'s ``_defaults`` keys plus its update count."""
+    out = []
+    for m in module.modules():
+        defaults = getattr(m, "_defaults", None)
+        if not isinstance(defaults, dict):
+            continue
+        state: dict[str, Any] = {}
+        for k in [*defaults, "_update_count", "_computed", "_forward_cache"]:
+            if hasattr(m, k):
+                v = getattr(m, k)
+                if isinstance(v, torch.Tensor):
+                    v = v.detach().clone()
+                elif isinstance(v, list):
+                    v = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in v]
+                state[k] = v
+        out.append((m, state))
+    return out
+
+
+# ---- timing ---------------------------------------------------------------------------------------------
+
+
+def _loss_of(output: Any) -> torch.Tensor | None:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+        return output["loss"]
+    return None
+
+
+class _StepRunner:
+    def __init__(self, module: nn.Module, batch: Any, batch_idx: int, device: torch.device) -> None:
+        self.module, self.batch, self.batch_idx, self.device = module, batch, batch_idx, device
+        self.params = list(module.parameters())
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def step_fn(self) -> Callable[[Any], None]:
+        module, idx = self.module, self.batch_idx
+
+        def step(batch: Any) -> None:
+            loss = _loss_of(module.training_step(batch, idx))  # type: ignore[operator]
+            if loss is None:
+                raise _NoLoss
+            loss.backward()
+
+        return step
+
+    def run(self, fn: Callable[[Any], None], ctx: Callable[[], contextlib.AbstractContextManager[Any]],
+            batch: Any, n: int = 1) -> float:  # fmt: skip
+        """Seconds per step for ``n`` steps (grads reset to None before each, as ``zero_grad`` does)."""
+        with ctx():  # entered once per sample: its own cost is not the lever's
+            self._sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                for p in self.params:
+                    p.grad = None
+                fn(batch)
+            self._sync()
+        return (time.perf_counter() - t0) / n
+
+
+class _NoLoss(Exception):
+    pass
+
+
+def _count_ops(runner: _StepRunner, batch: Any) -> int:
+    """aten ops in one forward+backward (a dispatch-mode counter, one step): sizes the compile estimate."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Counter(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            _Counter.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Counter():
+        runner.run(runner.step_fn(), contextlib.nullcontext, batch)
+    return _Counter.n
+
+
+# ---- entry point -------------------------------------------------------------------------------------------
+
+
+def run_trials(
+    module: nn.Module,
+    batch: Any,
+    *,
+    batch_idx: int = 0,
+    device: torch.device | str | None = None,
+    precision: str = "32-true",
+    budget_s: float = DEFAULT_BUDGET_S,
+    compile_budget_s: float = DEFAULT_COMPILE_BUDGET_S,
+    levers: list[str] | None = None,
+    noise_band: float = NOISE_BAND,
+) -> TrialReport:
+    """Time forward+backward with and without each applicable lever on ``batch``; leave training untouched.
+
+    Args:
+        module: the LightningModule (under DDP the inner module: ``trainer.lightning_module``).
+        batch: one batch as ``training_step`` receives it (already on ``device``).
+        batch_idx: passed to ``training_step``.
+        device: where the module runs; default: the device of its first parameter.
+        precision: the Trainer's ``precision`` (``trainer.precision``): the baseline runs under the same
+            autocast, and precision levers are tried only from full fp32 (``"32-true"``).
+        budget_s: seconds for the timed steps of all levers together (checked between samples); 0 turns
+            the trials off.
+        compile_budget_s: seconds ``torch.compile`` may take on top of ``budget_s``; the lever is skipped
+            with a note when its estimate (from the op count of one step) is larger; 0 skips it.
+        levers: names to try (default all that apply): ``"bf16-mixed"``/``"16-mixed"``,
+            ``"float32_matmul_precision=high"``/``"=medium"``, ``"channels_last"``, ``"compile"``.
+        noise_band: a lever is recommended only when its median speedup exceeds ``1 + noise_band`` and
+            its lower quartile exceeds 1.
+
+    Returns:
+        A :class:`TrialReport`; never raises for the model's sake: a failing lever becomes a note.
+    """
+    if budget_s < 0 or not math.isfinite(budget_s):
+        raise ValueError(f"`budget_s` must be a finite number >= 0, got {budget_s!r}")
+    if compile_budget_s < 0:
+        raise ValueError(f"`compile_budget_s` must be >= 0, got {compile_budget_s!r}")
+    report = TrialReport(budget_s=budget_s)
+    if budget_s == 0:
+        report.skipped = "turned off (budget_s=0)"
+        return report
+    if getattr(module, "automatic_optimization", True) is False:
+        report.skipped = (
+            "manual optimization: training_step steps the optimizers itself, so it cannot be trialled"
+        )
+        return report
+    if device is None:
+        first = next(module.parameters(), None)
+        device = first.device if first is not None else torch.device("cpu")
+    device = torch.device(device)
+    start = time.perf_counter()
+    before = take_snapshot(threads=torch.get_num_threads())
+    with _restored_globals(), _restored_rng(device), _preserved_module(module):
+        torch.set_grad_enabled(True)
+        try:
+            _run(module, batch, batch_idx, device, str(precision), budget_s, compile_budget_s, levers,
+                 noise_band, report, start)  # fmt: skip
+        except _NoLoss:
+            report.skipped = "training_step returned no loss tensor"
+        except Exception as err:  # a trial must never break training
+            report.notes.append(f"trials stopped: {type(err).__name__}: {err}")
+    report.elapsed_s = time.perf_counter() - start
+    busy = assess(before, take_snapshot(threads=torch.get_num_threads()))
+    report.contention = busy.to_dict()
+    if busy.busy and any(r.recommended for r in report.results):
+        # A win measured while other processes took the CPUs may be the contention's doing (fewer threads
+        # waiting at barriers) and vanish on a quiet machine: keep it as evidence, do not advise it.
+        why = "measured on a busy machine; not advised until confirmed on a quiet one"
+        report.results = [replace(r, recommended=False, note=_join(r.note, why)) if r.recommended else r
+                          for r in report.results]  # fmt: skip
+        report.notes.append(f"busy machine during the trials: {busy.note}")
+    return report
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else a or b
+
+
+def _run(
+    module: nn.Module,
+    batch: Any,
+    batch_idx: int,
+    device: torch.device,
+    precision: str,
+    budget_s: float,
+    compile_budget_s: float,
+    only: list[str] | None,
+    noise_band: float,
+    report: TrialReport,
+    start: float,
+) -> None:
+    runner = _StepRunner(module, batch, batch_idx, device)
+    base_ctx = _baseline_context(precision, device.type)
+    eager = runner.step_fn()
+    runner.run(eager, base_ctx, batch)  # warm-up: allocator, oneDNN primitives
+    t_step = runner.run(eager, base_ctx, batch)
+    inner = max(1, math.ceil(MIN_SAMPLE_S / max(t_step, 1e-9)))
+    candidates, notes = _levers(module, batch, device, precision)
+    candidates = _select(candidates, only, compile_budget_s, notes)
+    report.notes.extend(notes)
+    deadline = start + budget_s
+    for i, lever in enumerate(candidates):
+        left = deadline - time.perf_counter()
+        share = left / (len(candidates) - i)
+        pair_s = 2 * t_step * inner
+        if share < MIN_REPETITIONS * pair_s + t_step:  # the pairs plus the lever's warm-up step
+            report.results.append(
+                TrialResult(lever.name, lever.settings, note=f"not measured: over the {budget_s:g} s budget")
+            )
+            continue
+        try:
+            report.results.append(
+                _measure(
+                    runner, lever, eager, base_ctx, batch, inner, t_step, share, compile_budget_s, noise_band
+                )
+            )
+        except _NoLoss:
+            raise
+        except Exception as err:  # the lever itself failed (an op without bf16 kernel, a compile error)
+            report.results.append(
+                TrialResult(
+                    lever.name, lever.settings, note=f"failed: {type(err).__name__}: {str(err)[:200]}"
+                )
+            )
+
+
+def _measure(
+    runner: _StepRunner,
+    lever: _Lever,
+    eager: Callable[[Any], None],
+    base_ctx: Callable[[], contextlib.AbstractContextManager[Any]],
+    batch: Any,
+    inner: int,
+    t_step: float,
+    share: float,
+    compile_budget_s: float,
+    noise_band: float,
+) -> TrialResult:
+    lever_batch = lever.transform_batch(batch) if lever.transform_batch else batch
+    fn = eager
+    compile_s: float | None = None
+    reset_dynamo = False
+    if lever.compile:
+        estimate = COMPILE_S_FIXED + COMPILE_S_PER_OP * _count_ops(runner, batch)
+        if estimate > compile_budget_s:
+            return TrialResult(
+                lever.name,
+                lever.settings,
+                note=f"not measured: compiling would take ~{estimate:.0f} s, over compile_budget_s={compile_budget_s:g}",
+            )
+        import torch._dynamo
+
+        reset_dynamo = _dynamo_untouched()
+        fn = torch.compile(eager)
+        t0 = time.perf_counter()
+        runner.run(fn, lever.context, lever_batch)
+        compile_s = max(0.0, time.perf_counter() - t0 - t_step)  # the first call: compile + one step
+    graphs_before = _dynamo_graphs()
+    base_t: list[float] = []
+    lever_t: list[float] = []
+    try:
+        deadline = time.perf_counter() + share  # compile time excluded: it has its own budget
+        runner.run(fn, lever.context, lever_batch)  # warm-up of the lever's path
+        pair_s = 2 * t_step * inner
+        reps = max(MIN_REPETITIONS, min(MAX_REPETITIONS, int((share - t_step) / pair_s)))
+        for r in range(reps):
+            if time.perf_counter() > deadline:  # a lever far slower than planned (recompiling, swapping)
+                break
+            if r % 2 == 0:  # alternate the order inside each pair: neither side always runs second
+                base_t.append(runner.run(eager, base_ctx, batch, inner))
+                lever_t.append(runner.run(fn, lever.context, lever_batch, inner))
+            else:
+                lever_t.append(runner.run(fn, lever.context, lever_batch, inner))
+                base_t.append(runner.run(eager, base_ctx, batch, inner))
+    finally:
+        recompiles = _dynamo_graphs() - graphs_before if lever.compile else 0
+        if reset_dynamo:
+            torch._dynamo.reset()
+    recompiled = (
+        f"dynamo compiled {recompiles} more graph(s) after the first call (recompiles: training_step "
+        "changes state dynamo guards on, such as a Python counter or a shape)"
+        if recompiles > 0
+        else ""
+    )
+    reps = len(base_t)
+    if reps < MIN_REPETITIONS:
+        return TrialResult(
+            lever.name,
+            lever.settings,
+            repetitions=reps,
+            compile_s=None if compile_s is None else round(compile_s, 3),
+            note=_join(f"not measured: {reps} pair(s) fit in its share of the budget", recompiled),
+        )
+    ratios = sorted(b / max(v, 1e-12) for b, v in zip(base_t, lever_t))
+    q = statistics.quantiles(ratios, n=4, method="inclusive")
+    speedup = statistics.median(ratios)
+    recommended = speedup > 1.0 + noise_band and q[0] > 1.0
+    note = ""
+    if not recommended:
+        note = (
+            "within the noise band"
+            if abs(speedup - 1.0) <= noise_band
+            else ("slower" if speedup < 1.0 else "lower quartile not above 1.0")
+        )
+    note = _join(note, recompiled)
+    if lever.name == "channels_last":
+        note = _join(note, "inputs converted; convert the model too")
+    return TrialResult(
+        lever.name,
+        lever.settings,
+        measured_speedup=round(speedup, 4),
+        spread=round(q[2] - q[0], 4),
+        repetitions=reps,
+        baseline_ms=round(statistics.median(base_t) * 1000, 4),
+        lever_ms=round(statistics.median(lever_t) * 1000, 4),
+        compile_s=None if compile_s is None else round(compile_s, 3),
+        recommended=recommended,
+        note=note,
+    )
+
+
+def _dynamo_graphs() -> int:
+    """Graphs dynamo has compiled so far in this process (0 when unknown)."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # pragma: no cover - private API moved
+        return 0
+
+
+def _dynamo_untouched() -> bool:
+    """True when dynamo has compiled nothing yet in this process, so ``torch._dynamo.reset()`` is safe."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return not counters["frames"]["total"] and not counters["stats"]["unique_graphs"]
+    except Exception:  # pragma: no cover - private API moved
+        return False
