@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from lightning_bottleneck import Category
-from lightning_bottleneck.analysis.core import summarize_file
 from lightning_bottleneck.analysis.step_phases import (
     Phase,
     StepPhases,
@@ -23,6 +22,7 @@ from lightning_bottleneck.analysis.step_phases import (
     step_phases,
     step_phases_from_file,
 )
+from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.categories import Severity
 from lightning_bottleneck.picture import HTML_FILENAME, IMAGE_TAG, write_picture
 from lightning_bottleneck.render import render_markdown

@@ -72,3 +72,21 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
 
 def union(a: Intervals, b: Intervals) -> Intervals:
     return merge(np.concatenate([a.starts, b.starts]), np.concatenate([a.ends, b.ends]))
+
+
+def covered_before(a: Intervals, x: np.ndarray) -> np.ndarray:
+    """Measure of ``a`` on ``(-inf, x]`` for each point of ``x``."""
+    x = np.asarray(x, dtype=np.float64)
+    if len(a) == 0:
+        return np.zeros(x.shape)
+    prefix = np.concatenate([[0.0], np.cumsum(a.ends - a.starts)])
+    i = np.searchsorted(a.ends, x, side="right")  # intervals wholly before x
+    partial = np.zeros(x.shape)
+    inside = i < len(a)
+    partial[inside] = np.clip(x[inside] - a.starts[i[inside]], 0.0, None)
+    return prefix[i] + partial
+
+
+def per_window_total(a: Intervals, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+    """Length of ``a`` inside each window ``[win_starts[i], win_ends[i]]`` (windows may touch)."""
+    return covered_before(a, win_ends) - covered_before(a, win_starts)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_bottleneck.trace.intervals import (
+from lightning_bottleneck.analysis.intervals import (
     EMPTY,
     Intervals,
     intersect,
@@ -39,6 +39,15 @@ from lightning_bottleneck.trace.intervals import (
     subtract,
 )
 from lightning_bottleneck.trace.model import DEVICE_WORK_KINDS, EventKind, Trace
+from lightning_bottleneck.vocabulary import (
+    NAMESPACE,
+    PHASE_BACKWARD,
+    PHASE_DATA_WAIT,
+    PHASE_OPTIMIZER_STEP,
+    PHASE_TRAINING_STEP,
+    PROFILER_STEP_PREFIX,
+    label,
+)
 
 __all__ = ["PRECEDENCE", "Phase", "StepPhase", "StepPhases", "analysed_step_windows", "step_phases"]
 
@@ -79,14 +88,12 @@ LAUNCH_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.DATA_WAIT
 #: fractions: float rounding), as in trace_metrics.
 GAP_END_TOLERANCE_US = 1e-3
 
-PHASE_PREFIX = "bottleneck/"
-PROFILER_STEP_PREFIX = "ProfilerStep#"
 #: The callback's labels -> phase.
 LABELS = {
-    PHASE_PREFIX + "data_wait": Phase.DATA_WAIT,
-    PHASE_PREFIX + "training_step": Phase.FORWARD,
-    PHASE_PREFIX + "backward": Phase.BACKWARD,
-    PHASE_PREFIX + "optimizer_step": Phase.OPTIMIZER,
+    label(PHASE_DATA_WAIT): Phase.DATA_WAIT,
+    label(PHASE_TRAINING_STEP): Phase.FORWARD,
+    label(PHASE_BACKWARD): Phase.BACKWARD,
+    label(PHASE_OPTIMIZER_STEP): Phase.OPTIMIZER,
 }
 
 
@@ -219,22 +226,13 @@ def step_phases(
 
 
 def analysed_step_windows(trace: Trace) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """The analysed steps of ``trace`` as ``(starts, ends, main_thread)``, exactly as the summary finds them.
+    """The analysed steps of ``trace`` as ``(starts, ends, main_thread)``: the same steps every other
+    metric uses (:func:`~lightning_bottleneck.analysis.steps.analysed_steps`); None without host events."""
+    from lightning_bottleneck.analysis.steps import analysed_steps
 
-    A bridge to the step discovery of :mod:`lightning_bottleneck.analysis.trace_metrics` (same order of
-    steps: find, drop validation steps and one-off stalls, align to the device) until that discovery has
-    a public home; None when the trace has no host events.
-    """
-    from lightning_bottleneck.analysis import trace_metrics as tm
-
-    steps = tm._find_steps(trace)
+    steps = analysed_steps(trace)
     if steps is None:
         return None
-    steps = tm._drop_validation_steps(trace, steps)
-    steps = tm._drop_outlier_steps(steps)
-    if trace.has_device_events:
-        launch_ts, launch_end = tm._launch_times(trace)
-        steps = tm._align_steps_to_device(trace, steps, launch_ts, launch_end)
     return steps.starts, steps.ends, steps.main_thread
 
 
@@ -264,7 +262,7 @@ def _as_arrays(windows: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _main_thread(trace: Trace, host: np.ndarray) -> int:
-    labels = host & trace.name_mask(lambda n: n.startswith((PROFILER_STEP_PREFIX, PHASE_PREFIX)))
+    labels = host & trace.name_mask(lambda n: n.startswith((PROFILER_STEP_PREFIX, NAMESPACE)))
     pool = labels if labels.any() else host
     if not pool.any():
         return -1
@@ -278,7 +276,7 @@ def _merged(trace: Trace, mask: np.ndarray) -> Intervals:
 
 def _phase_spans(trace: Trace, on_main: np.ndarray) -> dict[Phase, Intervals]:
     """Raw (possibly nested) intervals of each phase on the training thread."""
-    from lightning_bottleneck.analysis.trace_metrics import (
+    from lightning_bottleneck.vocabulary import (
         COLLECTIVE,
         D2H,
         DEVICE_COLLECTIVE_ENQUEUE,
@@ -288,8 +286,8 @@ def _phase_spans(trace: Trace, on_main: np.ndarray) -> dict[Phase, Intervals]:
     )
 
     spans: dict[Phase, Intervals] = {}
-    for label, phase in LABELS.items():
-        spans[phase] = _merged(trace, on_main & trace.name_mask(lambda n, label=label: n == label))
+    for name, phase in LABELS.items():
+        spans[phase] = _merged(trace, on_main & trace.name_mask(lambda n, name=name: n == name))
     loader = on_main & trace.name_mask(
         lambda n: (
             (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__"))
@@ -342,7 +340,7 @@ def _device_phases(
     waiting for data or blocked in a sync then, else idle/other. Also returns the idle/other time the host
     caused (gaps ended by work launched after they began: HTA's "host wait"), for the sync cap.
     """
-    from lightning_bottleneck.analysis.trace_metrics import is_comm_kernel
+    from lightning_bottleneck.vocabulary import is_comm_kernel
 
     work = np.isin(trace.kind, DEVICE_WORK_KINDS)
     launch_ts, launch_thread = _launches(trace)

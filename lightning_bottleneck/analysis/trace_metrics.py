@@ -8,6 +8,7 @@ in ``docs/trace-metrics.md``; the thresholds are the named constants below.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -252,7 +253,7 @@ def _self_times(trace: Trace, sorted_ops: np.ndarray) -> np.ndarray:
 
 
 def _host_compute(
-    trace: Trace, sorted_ops: np.ndarray, steps: _Steps, exclude: Intervals, total: float
+    trace: Trace, sorted_ops: np.ndarray, steps: Steps, exclude: Intervals, total: float
 ) -> _HostCompute:
     """CPU-only compute: the SELF time of the ops that do the math, not the length of top-level spans.
 
