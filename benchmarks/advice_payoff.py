@@ -182,7 +182,7 @@ def table(outcomes: list[Outcome]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     notes = [f"  * {o.workload}: {o.note}" for o in outcomes if o.note]
-    return "\n".join(lines + (["  (* = advice not applied, counted as 1.00x)"] + notes if notes else []))
+    return "\n".join(lines + (["  (* = advice not applied, counted as 1.00x)", *notes] if notes else []))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,7 +191,7 @@ WORKLOADS: dict[str, Workload] = {
             {"kind": "sleepy", "n": 512, "dim": 32, "delay_s": 0.003},
             {"batch_size": 16, "num_workers": 0},
             2,
-            _WORKERS + [{"num_workers": 16, "persistent_workers": True}],
+            [*_WORKERS, {"num_workers": 16, "persistent_workers": True}],
         ),
         Workload(
             "cpu_transform",
@@ -227,7 +227,7 @@ WORKLOADS: dict[str, Workload] = {
             {"kind": "tensor", "n": 4096, "dim": 256},
             {"batch_size": 128, "num_workers": 0},
             1,
-            _COMPUTE + [{"num_workers": 1, "persistent_workers": True}],
+            [*_COMPUTE, {"num_workers": 1, "persistent_workers": True}],
         ),
         Workload(
             "tiny_ops",
@@ -236,7 +236,7 @@ WORKLOADS: dict[str, Workload] = {
             {"kind": "tensor", "n": 1024, "dim": 16},
             {"batch_size": 32, "num_workers": 0},
             1,
-            _COMPUTE + [{"batch_size": 64}],
+            [*_COMPUTE, {"batch_size": 64}],
         ),
         Workload(
             "tiny_linear",
