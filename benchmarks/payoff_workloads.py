@@ -20,7 +20,6 @@ import argparse
 import inspect
 import json
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -178,8 +177,8 @@ class Workload:
     trainer: dict[str, Any] = field(default_factory=dict)
 
 
-_WORKERS = [{"num_workers": w, "persistent_workers": True} for w in (1, 2, 4, 8)]
-_COMPUTE = [{"precision": "bf16-mixed"}, {"compile": True}]
+_WORKERS: list[dict[str, Any]] = [{"num_workers": w, "persistent_workers": True} for w in (1, 2, 4, 8)]
+_COMPUTE: list[dict[str, Any]] = [{"precision": "bf16-mixed"}, {"compile": True}]
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -448,4 +447,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PL_DISABLE_FORK", "1")
-    sys.exit(main())
+    main()

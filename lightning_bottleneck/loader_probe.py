@@ -53,6 +53,9 @@ WAIT_BOUND_MAX_WORKERS = 16
 # The ladder stops climbing when doubling the workers gains less than this (10%: about the run-to-run
 # spread of a loader timing on a shared machine).
 LADDER_GAIN_MIN = 1.10
+# ... twice in a row: one flat rung is often noise on a busy machine (a 3 ms sleep measured 49 to 300
+# samples/s at num_workers=0 from one probe to the next while other processes kept both cores busy).
+PLATEAU_RUNGS = 2
 # A rung is measured well enough after this many rounds of batches (a round = one batch per worker)
 # spanning at least this long; the first round (start-up) is never counted.
 MIN_ROUNDS = 2
@@ -211,6 +214,7 @@ def _climb(
     best = zero
     covered = target is not None and zero.samples_per_s >= target
     counts = _ladder_counts(ladder.bound, cpus, current)
+    flat = 0
     for w in counts:
         if covered and w != current:
             continue
@@ -229,7 +233,9 @@ def _climb(
             covered = True
         gained = rung.samples_per_s >= best.samples_per_s * LADDER_GAIN_MIN
         best = max(best, rung, key=lambda r: r.samples_per_s)
-        if not gained and w >= 2 and w > current:
+        flat = 0 if gained else flat + 1
+        if flat >= PLATEAU_RUNGS and w > current:
+            ladder.notes.append(f"The ladder stopped at num_workers={w}: {flat} rungs without a gain.")
             break
     if best.num_workers > 0:
         for pf in PREFETCH_FACTORS:

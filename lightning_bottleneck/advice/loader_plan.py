@@ -168,8 +168,9 @@ def plan_loader(
             settings["prefetch_factor"] = chosen.prefetch_factor
     w_new = chosen.num_workers if chosen is not None else w_now
     startup_new = chosen.startup_s if chosen is not None else (rung_now.startup_s if rung_now else stall_now)
+    step_new = _predicted_step_s(chosen, rung_now, consumption, bs, step_s, current, ladder)
     if w_new > 0 and not persistent_now:
-        epoch_guess = _epoch_s(steps_per_epoch, step_s, 0.0)
+        epoch_guess = _epoch_s(steps_per_epoch, step_new, 0.0)
         if steps_per_epoch is None or (
             epoch_guess > 0 and startup_new / epoch_guess >= PERSISTENT_STARTUP_SHARE_MIN
         ):
@@ -177,7 +178,6 @@ def plan_loader(
     if settings and w_new > 0 and current.accelerator == "cuda" and not current.pin_memory:
         settings["pin_memory"] = True
 
-    step_new = _predicted_step_s(chosen, rung_now, consumption, bs, step_s, current, ladder)
     stall_new = 0.0 if (w_new == 0 or persistent_now or settings.get("persistent_workers")) else startup_new
     epoch_new = _epoch_s(steps_per_epoch, step_new, stall_new)
     speedup = epoch_now / epoch_new if epoch_new > 0 and settings else None
