@@ -102,7 +102,9 @@ def _label(settings: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) or "(none)"
 
 
-def _child(workload: str, mode: str, settings: dict[str, Any], out: Path, timeout: float) -> dict[str, Any]:
+def _child(
+    workload: str, mode: str, settings: dict[str, Any], out: Path, timeout: float, loader_plan: bool = False
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         str(HERE / "payoff_workloads.py"),
@@ -115,6 +117,8 @@ def _child(workload: str, mode: str, settings: dict[str, Any], out: Path, timeou
         "--out",
         str(out),
     ]
+    if loader_plan:
+        cmd.append("--loader-plan")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     if proc.returncode != 0:
@@ -125,12 +129,22 @@ def _child(workload: str, mode: str, settings: dict[str, Any], out: Path, timeou
     return json.loads((out / "result.json").read_text(encoding="utf-8"))
 
 
-def evaluate(name: str, repeats: int, tmp: Path, timeout: float, log: Any) -> Outcome:
+def evaluate(
+    name: str, repeats: int, tmp: Path, timeout: float, log: Any, loader_plan: bool = False
+) -> Outcome:
     o = Outcome(name)
-    report = _child(name, "callback", {}, tmp / name / "callback", timeout)
+    report = _child(name, "callback", {}, tmp / name / "callback", timeout, loader_plan)
     o.verdict = str(report.get("primary"))
     o.confidence = float(report.get("confidence") or 0.0)
     recs = report.get("recommendations") or []
+    plan_file = tmp / name / "callback" / "loader_plan.json"
+    if loader_plan and plan_file.is_file():
+        plan = json.loads(plan_file.read_text(encoding="utf-8"))
+        log("  " + plan["text"].replace("\n", "\n  "))
+        if plan["plan"]["recommendations"]:
+            # preview of the wiring: the measured loader advice goes first when the plan has any
+            recs = plan["plan"]["recommendations"] + [r for r in recs if r.get("kind") != "input"]
+            o.verdict += " (+plan)"
     if recs:
         o.advice = str(recs[0].get("title", "?"))
         o.settings = dict(recs[0].get("settings") or {})
@@ -193,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per child process")
     p.add_argument("--json", default="", help="also write the figures to this file")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--loader-plan",
+        action="store_true",
+        help="preview: probe the loader after the callback's fit and put the measured loader plan's advice first",
+    )
     a = p.parse_args(argv)
     if a.repeats < 1:
         p.error(f"--repeats must be >= 1, got {a.repeats}")
@@ -211,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             log(f"{name}: {WORKLOADS[name].what}")
             try:
-                outcomes.append(evaluate(name, a.repeats, Path(tmp), a.timeout, log))
+                outcomes.append(evaluate(name, a.repeats, Path(tmp), a.timeout, log, a.loader_plan))
             except (RuntimeError, subprocess.TimeoutExpired) as err:
                 log(f"  skipped: {err}")
                 outcomes.append(Outcome(name, note=f"failed: {err}"))

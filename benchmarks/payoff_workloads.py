@@ -400,7 +400,37 @@ class SamplesPerSecond(pl.Callback):
         return self.samples / (self.t_end - self.t_start)
 
 
-def run(name: str, mode: str, settings: dict[str, Any], out: Path) -> None:
+def _write_loader_plan(trainer: pl.Trainer, loader: DataLoader, out: Path) -> None:
+    """Preview of the probe + plan wiring: measure the loader after the fit, plan from the report's timing."""
+    from lightning_bottleneck.advice.loader_plan import COVER_MARGIN, consumption_rate, plan_from_timing
+    from lightning_bottleneck.evidence import RunConfig, TimingStats
+    from lightning_bottleneck.loader_probe import probe_loader
+    from lightning_bottleneck.report import Report
+
+    report = Report.read(out / "bottleneck_report.json")
+    callback = next(c for c in trainer.callbacks if type(c).__name__ == "BottleneckCallback")  # type: ignore[attr-defined]
+    timing: TimingStats = callback._timer.stats(samples_per_step=float(loader.batch_size or 1))
+    cfg = RunConfig(
+        num_workers=loader.num_workers,
+        persistent_workers=loader.persistent_workers,
+        pin_memory=loader.pin_memory,
+        prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
+        batch_size=loader.batch_size,
+        usable_cpus=report.environment.get("usable_cpus"),
+        accelerator="cpu",
+    )
+    rate = consumption_rate(timing)
+    ladder = probe_loader(loader, target_samples_per_s=rate * COVER_MARGIN if rate else None)
+    plan = plan_from_timing(ladder, cfg, timing, trainer.num_training_batches)
+    (out / "loader_plan.json").write_text(
+        json.dumps(
+            {"ladder": ladder.to_dict(), "plan": plan.to_dict(), "text": f"{ladder}\n{plan}"}, indent=2
+        ),
+        encoding="utf-8",
+    )
+
+
+def run(name: str, mode: str, settings: dict[str, Any], out: Path, loader_plan: bool = False) -> None:
     warnings.filterwarnings("ignore")
     w = WORKLOADS[name]
     model, loader, trainer_kw, unapplied = build(w, settings)
@@ -428,6 +458,8 @@ def run(name: str, mode: str, settings: dict[str, Any], out: Path) -> None:
         }
     )
     trainer.fit(model, loader)
+    if mode == "callback" and loader_plan and trainer.global_rank == 0:
+        _write_loader_plan(trainer, loader, out)
     if trainer.global_rank == 0:
         result = {"samples_per_s": meter.samples_per_s, "unapplied": unapplied, "settings": settings}
         (out / "result.json").write_text(json.dumps(result), encoding="utf-8")
@@ -439,10 +471,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mode", required=True, choices=("callback", "measure"))
     p.add_argument("--settings", default="{}")
     p.add_argument("--out", required=True)
+    p.add_argument("--loader-plan", action="store_true", help="callback mode: also probe the loader and plan")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    run(a.workload, a.mode, json.loads(a.settings), out)
+    run(a.workload, a.mode, json.loads(a.settings), out, a.loader_plan)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from lightning_bottleneck.advice.loader_plan import COVER_MARGIN, plan_loader
-from lightning_bottleneck.evidence import RunConfig
+from lightning_bottleneck.advice.loader_plan import (
+    COVER_MARGIN,
+    consumption_rate,
+    plan_from_timing,
+    plan_loader,
+)
+from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
 from lightning_bottleneck.loader_probe import probe_loader
+from lightning_bottleneck.report import Recommendation
 
 from conftest import quiet_trainer
 
@@ -310,3 +316,26 @@ def test_ladder_round_trips_and_prints_a_table() -> None:
     assert again.to_dict() == ladder.to_dict()
     text = str(ladder)
     assert "bound=wait" in text and "600.0" in text and "note: n" in text
+
+
+def test_plan_from_timing_reads_consumption_and_stall_from_the_always_on_timing() -> None:
+    # 10-batch epochs of 4 ms steps (1 ms of it data wait); each epoch's first batch waits 400 ms.
+    timing = TimingStats(
+        steps=60,
+        step_ms=[4.0] * 50,
+        data_wait_ms=[1.0] * 50,
+        epoch_start_wait_ms=[401.0] * 6,
+        samples_per_step=16.0,
+    )
+    assert consumption_rate(timing) == pytest.approx(16 / 0.003)
+    ladder = LoaderLadder([_rung(0, 900.0), _rung(2, 9000.0, startup=0.4)], BOUND_WAIT, 16, 2)
+    cfg = RunConfig(num_workers=2, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
+    plan = plan_from_timing(ladder, cfg, timing, steps_per_epoch=10.0)
+    rec = plan.recommendations[0]
+    assert rec.settings == {"persistent_workers": True}
+    assert rec.evidence["epoch_start_stall_ms"] == pytest.approx(400.0)
+    assert rec.expected_speedup == pytest.approx((10 * 0.004 + 0.4) / (10 * 0.004), rel=0.05)
+    # round trip through the report's JSON keeps the new fields
+    again = Recommendation.from_dict(rec.to_dict())
+    assert again.expected_speedup == rec.expected_speedup and again.evidence == rec.evidence
+    assert plan_from_timing(ladder, cfg, timing, steps_per_epoch=float("inf")).recommendations == []

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_bottleneck.evidence import RunConfig
+from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.loader_ladder import BOUND_CPU, LoaderLadder, Rung
-from lightning_bottleneck.report import Recommendation
+from lightning_bottleneck.report import Recommendation, percentile
 from lightning_bottleneck.rules.thresholds import INPUT_SHARE_MEDIUM
 
 # A loader "covers" the model when its measured rate is at least this multiple of the consumption rate.
@@ -40,6 +40,11 @@ MEASURED_GAIN_MIN = 1.10
 # epochs; it is worth that memory once re-starting workers costs more than the 3% noise band that
 # `lightning-bottleneck compare` uses for "no change" -- 2% of an epoch stays under it.
 PERSISTENT_STARTUP_SHARE_MIN = 0.03
+# The model's consumption rate is read at this percentile of (step - data wait) over the timed steps, not
+# the median: profiled steps and steps slowed by other processes on a shared machine make the busy time
+# look longer than the model needs (issue 9 measured 26x slower window steps under contention), and
+# under-estimating consumption under-provisions workers, which costs more than one idle worker does.
+CONSUMPTION_QUANTILE = 25.0
 
 
 @dataclass
@@ -171,9 +176,11 @@ def plan_loader(
     step_new = _predicted_step_s(chosen, rung_now, consumption, bs, step_s, current, ladder)
     if w_new > 0 and not persistent_now:
         epoch_guess = _epoch_s(steps_per_epoch, step_new, 0.0)
-        if steps_per_epoch is None or (
-            epoch_guess > 0 and startup_new / epoch_guess >= PERSISTENT_STARTUP_SHARE_MIN
-        ):
+        if steps_per_epoch is None:
+            # epoch length unknown: bundle it with a worker change (free), never advise it alone
+            if "num_workers" in settings:
+                settings["persistent_workers"] = True
+        elif epoch_guess > 0 and startup_new / epoch_guess >= PERSISTENT_STARTUP_SHARE_MIN:
             settings["persistent_workers"] = True
     if settings and w_new > 0 and current.accelerator == "cuda" and not current.pin_memory:
         settings["pin_memory"] = True
@@ -241,6 +248,55 @@ def plan_loader(
     return plan
 
 
+def consumption_rate(timing: TimingStats) -> float | None:
+    """Samples/s the model takes when it never waits: ``samples_per_step / quantile(step - data wait)``."""
+    if not timing.samples_per_step or not timing.step_ms:
+        return None
+    waits = (
+        timing.data_wait_ms
+        if len(timing.data_wait_ms) == len(timing.step_ms)
+        else [0.0] * len(timing.step_ms)
+    )
+    busy = sorted(max(0.0, s - w) for s, w in zip(timing.step_ms, waits))
+    busy_ms = percentile(busy, CONSUMPTION_QUANTILE)
+    return timing.samples_per_step / (busy_ms / 1e3) if busy_ms > 0 else None
+
+
+def epoch_start_stall(timing: TimingStats) -> float | None:
+    """Median extra wait (seconds) of an epoch's first batch over a steady-state data wait."""
+    if not timing.epoch_start_wait_ms:
+        return None
+    waits = sorted(timing.epoch_start_wait_ms)
+    steady = sorted(timing.data_wait_ms)[len(timing.data_wait_ms) // 2] if timing.data_wait_ms else 0.0
+    return max(0.0, waits[len(waits) // 2] - steady) / 1e3
+
+
+def plan_from_timing(
+    ladder: LoaderLadder, current: RunConfig, timing: TimingStats, steps_per_epoch: float | None
+) -> LoaderPlan:
+    """:func:`plan_loader` fed from the callback's always-on timing (the window's steady-state steps).
+
+    This is the call the live callback makes after :func:`~lightning_bottleneck.loader_probe.probe_loader`::
+
+        timing = self._timing.stats()                      # TimingStats
+        ladder = probe_loader(loader, budget_s=..., usable_cpus=cfg.usable_cpus,
+                              target_samples_per_s=(consumption_rate(timing) or 0) * COVER_MARGIN or None)
+        plan = plan_from_timing(ladder, cfg, timing, trainer.num_training_batches)
+    """
+    steps = sorted(timing.step_ms)
+    step_s = steps[len(steps) // 2] / 1e3 if steps else 0.0
+    return plan_loader(
+        ladder,
+        current,
+        consumption_samples_per_s=consumption_rate(timing),
+        data_wait_share=timing.data_wait_share,
+        step_s=step_s,
+        # trainer.num_training_batches is inf for a loader without len()
+        steps_per_epoch=int(steps_per_epoch) if steps_per_epoch and steps_per_epoch < float("inf") else None,
+        epoch_start_stall_s=epoch_start_stall(timing),
+    )
+
+
 def _rung_for(ladder: LoaderLadder, workers: int, prefetch: int | None) -> Rung | None:
     if workers == 0:
         return ladder.rung(0)
@@ -284,7 +340,10 @@ def _predicted_step_s(
 
 
 def _epoch_s(steps_per_epoch: int | None, step_s: float, stall_s: float) -> float:
-    return (steps_per_epoch if steps_per_epoch else 1) * step_s + stall_s
+    """Seconds per epoch; with an unknown epoch length, per step (start-up stalls then cannot be weighed)."""
+    if not steps_per_epoch:
+        return step_s
+    return steps_per_epoch * step_s + stall_s
 
 
 def _evidence(
