@@ -348,6 +348,12 @@ def _measure(
     if window_batches > 0 and now > t_open:
         rate = window_batches * plan.batch_size / (now - t_open)
         measured = now - t_open
+    elif (
+        fetched > 1 and now > t_first
+    ):  # the budget ran out within the first round: all batches after the first
+        rate = (fetched - 1) * plan.batch_size / (now - t_first)
+        measured = now - t_first
+        rough = True
     else:  # one batch in all: its fetch is the only evidence
         rate = plan.batch_size / max(t_first - t0, 1e-9)
         measured = t_first - t0
