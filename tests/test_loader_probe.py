@@ -339,3 +339,15 @@ def test_plan_from_timing_reads_consumption_and_stall_from_the_always_on_timing(
     again = Recommendation.from_dict(rec.to_dict())
     assert again.expected_speedup == rec.expected_speedup and again.evidence == rec.evidence
     assert plan_from_timing(ladder, cfg, timing, steps_per_epoch=float("inf")).recommendations == []
+
+
+def test_wait_bound_loading_short_of_the_model_still_gets_the_fastest_worker_count_first() -> None:
+    rungs = [_rung(0, 300.0), _rung(4, 1100.0), _rung(8, 2100.0), _rung(16, 4900.0)]
+    ladder = LoaderLadder(rungs, BOUND_WAIT, 16, 2)
+    cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2)
+    plan = plan_loader(
+        ladder, cfg, consumption_samples_per_s=8000.0, data_wait_share=0.9, step_s=0.055, steps_per_epoch=32
+    )
+    first = plan.recommendations[0]
+    assert plan.covered is False and first.settings == {"num_workers": 16, "persistent_workers": True}
+    assert first.title.startswith("Load batches in 16") and "faster storage" in first.detail

@@ -87,6 +87,7 @@ def plan_loader(
     step_s: float,
     steps_per_epoch: int | None = None,
     epoch_start_stall_s: float | None = None,
+    typical_consumption_samples_per_s: float | None = None,
 ) -> LoaderPlan:
     """Loader recommendations from a measured ladder.
 
@@ -101,6 +102,9 @@ def plan_loader(
         steps_per_epoch: training batches per epoch (``trainer.num_training_batches``), None if unknown.
         epoch_start_stall_s: median extra wait of an epoch's first batch (worker start-up), from the
             always-on timing; None to use the ladder's start-up of the current worker count.
+        typical_consumption_samples_per_s: the consumption rate used to *predict* the step time (e.g. from
+            the median step); defaults to ``consumption_samples_per_s``, which decides coverage and may be
+            read optimistically (see :data:`CONSUMPTION_QUANTILE`).
     """
     plan = LoaderPlan()
     if ladder.skipped or not ladder.rungs:
@@ -173,7 +177,8 @@ def plan_loader(
             settings["prefetch_factor"] = chosen.prefetch_factor
     w_new = chosen.num_workers if chosen is not None else w_now
     startup_new = chosen.startup_s if chosen is not None else (rung_now.startup_s if rung_now else stall_now)
-    step_new = _predicted_step_s(chosen, rung_now, consumption, bs, step_s, current, ladder)
+    typical = typical_consumption_samples_per_s or consumption
+    step_new = _predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder)
     if w_new > 0 and not persistent_now:
         epoch_guess = _epoch_s(steps_per_epoch, step_new, 0.0)
         if steps_per_epoch is None:
@@ -192,7 +197,7 @@ def plan_loader(
     plan.expected_speedup = None if speedup is None else round(speedup, 3)
     evidence = _evidence(ladder, consumption, step_s, step_new, stall_now, steps_per_epoch)
 
-    if plan.covered is False:
+    if plan.covered is False and ladder.bound == BOUND_CPU:
         ceiling = ladder.ceiling_samples_per_s
         interim = f" Until then, {_describe(settings)} gets closest to the ceiling." if settings else ""
         where = f"on {ladder.usable_cpus} usable CPU(s)" if ladder.usable_cpus else ""
@@ -217,7 +222,16 @@ def plan_loader(
         return plan
     if not settings:
         return plan
-    if "num_workers" in settings:
+    if "num_workers" in settings and plan.covered is False:
+        rate = chosen.samples_per_s if chosen else 0.0
+        title = f"Load batches in {w_new} background worker(s)"
+        detail = (
+            f"Measured on this run's own loader: {chosen.label if chosen else ''} delivers {rate:.0f} samples/s, "
+            f"the fastest setting tried, still short of the model's {consumption or 0:.0f} samples/s. Loading "
+            f"mostly waits ({ladder.bound}-bound), so more workers or faster storage help further; "
+            "so do cheaper samples (cached, decoded once)."
+        )
+    elif "num_workers" in settings:
         rate = chosen.samples_per_s if chosen else 0.0
         title = f"Load batches in {w_new} background worker(s)"
         detail = (
@@ -248,7 +262,7 @@ def plan_loader(
     return plan
 
 
-def consumption_rate(timing: TimingStats) -> float | None:
+def consumption_rate(timing: TimingStats, quantile: float = CONSUMPTION_QUANTILE) -> float | None:
     """Samples/s the model takes when it never waits: ``samples_per_step / quantile(step - data wait)``."""
     if not timing.samples_per_step or not timing.step_ms:
         return None
@@ -258,7 +272,7 @@ def consumption_rate(timing: TimingStats) -> float | None:
         else [0.0] * len(timing.step_ms)
     )
     busy = sorted(max(0.0, s - w) for s, w in zip(timing.step_ms, waits))
-    busy_ms = percentile(busy, CONSUMPTION_QUANTILE)
+    busy_ms = percentile(busy, quantile)
     return timing.samples_per_step / (busy_ms / 1e3) if busy_ms > 0 else None
 
 
@@ -294,6 +308,7 @@ def plan_from_timing(
         # trainer.num_training_batches is inf for a loader without len()
         steps_per_epoch=int(steps_per_epoch) if steps_per_epoch and steps_per_epoch < float("inf") else None,
         epoch_start_stall_s=epoch_start_stall(timing),
+        typical_consumption_samples_per_s=consumption_rate(timing, 50.0),
     )
 
 
