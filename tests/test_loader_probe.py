@@ -253,12 +253,19 @@ def test_never_advises_a_setting_measured_slower() -> None:
     assert plan.covered is False
     for rec in plan.recommendations:
         assert "num_workers" not in rec.settings, rec
-    # ... while a worker count that measured clearly faster and covers the model is advised.
+    # ... while a worker count that measured clearly faster and covers the model is advised when the model
+    # trains on a GPU; on the CPU, 2 workers on 2 cores would take the training process's core.
     ladder = LoaderLadder([_rung(0, 600.0), _rung(1, 450.0), _rung(2, 1300.0)], BOUND_CPU, 8, 2)
+    gpu = RunConfig(num_workers=0, batch_size=8, usable_cpus=2, accelerator="cuda", pin_memory=True)
+    plan = plan_loader(
+        ladder, gpu, consumption_samples_per_s=1000.0, data_wait_share=0.5, step_s=0.016, steps_per_epoch=50
+    )
+    assert plan.recommendations[0].settings == {"num_workers": 2, "persistent_workers": True}
     plan = plan_loader(
         ladder, cfg, consumption_samples_per_s=1000.0, data_wait_share=0.5, step_s=0.016, steps_per_epoch=50
     )
-    assert plan.recommendations[0].settings["num_workers"] == 2
+    assert all("num_workers" not in r.settings for r in plan.recommendations)
+    assert any("training process's core" in n for n in plan.notes)
 
 
 def test_smallest_covering_worker_count_is_chosen() -> None:

@@ -139,15 +139,16 @@ def plan_loader(
     chosen: Rung | None = None
     covers_now = rung_now is not None and consumption is not None and _covers(rung_now, consumption)
     if steady_input and consumption is not None and not covers_now:
+        usable = _usable_rungs(ladder, current, w_now, plan.notes)
         covering = sorted(
-            (r for r in ladder.rungs if _covers(r, consumption)),
+            (r for r in usable if _covers(r, consumption)),
             key=lambda r: (r.num_workers, r.prefetch_factor or 0),
         )
         plan.covered = bool(covering)
         if covering:
             chosen = covering[0]
         else:
-            chosen = min(ladder.rungs, key=lambda r: _per_sample_s(r, consumption, current, ladder))
+            chosen = min(usable, key=lambda r: _per_sample_s(r, consumption, current, ladder))
         if (
             chosen is not None
             and rung_now is not None
@@ -310,6 +311,27 @@ def plan_from_timing(
         epoch_start_stall_s=epoch_start_stall(timing),
         typical_consumption_samples_per_s=consumption_rate(timing, 50.0),
     )
+
+
+def _usable_rungs(ladder: LoaderLadder, cfg: RunConfig, w_now: int, notes: list[str]) -> list[Rung]:
+    """Rungs that can pay off during training, not only in the probe.
+
+    The probe timed the loader alone. When loading is CPU-bound and the model also trains on the CPU, the
+    training process needs a core of its own while workers load: worker counts beyond ``usable CPUs - 1``
+    compete with the step itself (issue 8 measured ``num_workers=1`` at 0.84x on 2 cores, and this
+    project's benchmark measured 1 to 4 workers at 0.2-0.5x of ``num_workers=0`` on a busy 2-core machine).
+    """
+    cpus = ladder.usable_cpus or cfg.usable_cpus
+    if cfg.accelerator != "cpu" or ladder.bound != BOUND_CPU or not cpus:
+        return list(ladder.rungs)
+    cap = max(0, cpus - 1)
+    kept = [r for r in ladder.rungs if r.num_workers <= cap or r.num_workers == w_now]
+    if len(kept) < len(ladder.rungs):
+        notes.append(
+            f"Loading is CPU-bound and the model trains on the CPU: worker counts above {cap} would take the "
+            f"training process's core ({cpus} usable), so they are not advised."
+        )
+    return kept
 
 
 def _rung_for(ladder: LoaderLadder, workers: int, prefetch: int | None) -> Rung | None:
