@@ -358,3 +358,15 @@ def test_wait_bound_loading_short_of_the_model_still_gets_the_fastest_worker_cou
     first = plan.recommendations[0]
     assert plan.covered is False and first.settings == {"num_workers": 16, "persistent_workers": True}
     assert first.title.startswith("Load batches in 16") and "faster storage" in first.detail
+
+
+def test_the_plan_and_the_ladder_import_neither_torch_nor_lightning() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lightning_bottleneck.advice.loader_plan, lightning_bottleneck.loader_ladder;"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
