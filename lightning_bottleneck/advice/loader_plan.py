@@ -95,8 +95,9 @@ def plan_loader(
         ladder: what :func:`lightning_bottleneck.loader_probe.probe_loader` measured.
         current: the run's settings (``num_workers``, ``persistent_workers``, ``pin_memory``,
             ``prefetch_factor``, ``batch_size``, ``usable_cpus``, ``accelerator``).
-        consumption_samples_per_s: samples/s of the training step *without* data wait (median over the
-            window: ``batch_size / (step - data_wait)``); None when unknown (no worker count is chosen).
+        consumption_samples_per_s: samples/s of the training step *without* data wait
+            (``batch_size / (step - data_wait)``, see :func:`consumption_rate`); decides which rungs cover the
+            model. None when unknown (no worker count is then chosen).
         data_wait_share: steady-state share of step time spent waiting for the DataLoader.
         step_s: median steady-state step time, data wait included (seconds).
         steps_per_epoch: training batches per epoch (``trainer.num_training_batches``), None if unknown.
@@ -229,8 +230,8 @@ def plan_loader(
         detail = (
             f"Measured on this run's own loader: {chosen.label if chosen else ''} delivers {rate:.0f} samples/s, "
             f"the fastest setting tried, still short of the model's {consumption or 0:.0f} samples/s. Loading "
-            f"mostly waits ({ladder.bound}-bound), so more workers or faster storage help further; "
-            "so do cheaper samples (cached, decoded once)."
+            f"is {ladder.bound}-bound: more workers or faster storage help further, and so do cheaper samples "
+            "(cached, decoded once)."
         )
     elif "num_workers" in settings:
         rate = chosen.samples_per_s if chosen else 0.0
