@@ -150,6 +150,9 @@ def plan_loader(
             chosen = covering[0]
         else:
             chosen = min(usable, key=lambda r: _per_sample_s(r, consumption, current, ladder))
+        plain = ladder.rung(chosen.num_workers, current.prefetch_factor or 2) if chosen.num_workers else None
+        if plain is not None and chosen.samples_per_s < plain.samples_per_s * MEASURED_GAIN_MIN:
+            chosen = plain  # a larger prefetch_factor only when it measured clearly faster
         if (
             chosen is not None
             and rung_now is not None
