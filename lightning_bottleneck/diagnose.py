@@ -7,7 +7,7 @@ memory, configuration).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from lightning_bottleneck.advice import advise
@@ -19,6 +19,7 @@ from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, RankSummary, Recommendation, Report, StepTime
 from lightning_bottleneck.rules import classify, final_verdict, thresholds
 from lightning_bottleneck.rules.communication import with_communication_evidence
+from lightning_bottleneck.rules.ranking import Ranking, rank, ranked_verdict, tried_findings
 from lightning_bottleneck.rules.stragglers import (
     RankWork,
     Straggler,
@@ -71,9 +72,13 @@ def diagnose(evidence: Evidence) -> Report:
 
     breakdown, from_trace = _breakdown(evidence, summary, median_ms, steps_observed, notes)
     verdict = classify(breakdown, evidence, steps_profiled, from_trace)
+    ranking = rank(evidence, breakdown, median_ms)
+    samples = step_time.samples if step_time else None
+    verdict, ranking_notes = ranked_verdict(verdict, ranking, evidence, steps_profiled, from_trace, samples)
     primary, confidence = final_verdict(verdict, evidence, from_trace)
-    findings = _findings(evidence, summary, verdict.findings, primary, median_ms)
-    recommendations = _recommendations(evidence, primary, findings)
+    notes += ranking.notes + ranking_notes
+    findings = _findings(evidence, summary, verdict.findings + tried_findings(ranking), primary, median_ms)
+    recommendations = _recommendations(evidence, primary, findings, ranking)
 
     ranks = _rank_entries(evidence.summaries, summary, breakdown, primary)
     job = _job_verdict(ranks, summary, evidence, findings, recommendations, primary, breakdown, confidence)
@@ -82,6 +87,8 @@ def diagnose(evidence: Evidence) -> Report:
     notes += job.notes
 
     metrics = _metrics(evidence, summary, verdict.savings)
+    metrics["ranking"] = ranking.to_dict()
+    _measured_metrics(evidence, metrics)
     if job.distributed:
         metrics["distributed"] = job.distributed
     return Report(
@@ -163,12 +170,19 @@ def _findings(
     return findings
 
 
-def _recommendations(evidence: Evidence, primary: Category, findings: list[Finding]) -> list[Recommendation]:
+def _recommendations(
+    evidence: Evidence, primary: Category, findings: list[Finding], ranking: Ranking | None = None
+) -> list[Recommendation]:
     """The advice; one recommendation per sync site replaces the generic sync advice (first when sync-bound)."""
-    recommendations = advise(primary, findings, evidence)
+    recommendations = advise(primary, findings, evidence, ranking)
     if evidence.sync_sites:
         site_recs = sync_site_recommendations(evidence.sync_sites)
         generic = [r for r in recommendations if r.kind == "sync"]
+        if generic and site_recs and generic[0].method is not None:
+            g = generic[0]
+            site_recs[0].method, site_recs[0].basis = g.method, g.basis
+            site_recs[0].saved_ms_per_step, site_recs[0].saved_s = g.saved_ms_per_step, g.saved_s
+            site_recs[0].expected_speedup = g.expected_speedup
         recommendations = [r for r in recommendations if r.kind != "sync"]
         insert_at = 0 if primary == Category.SYNC else len(recommendations)
         recommendations[insert_at:insert_at] = site_recs or generic
@@ -196,6 +210,20 @@ def _metrics(evidence: Evidence, summary: TraceSummary | None, savings: dict[str
         if summary is not None:
             out["sync_cross_check"] = sync_cross_check(evidence, summary)
     return out
+
+
+def _measured_metrics(evidence: Evidence, out: dict[str, Any]) -> None:
+    """What the live callback measured after the window, as the report's raw evidence."""
+    if evidence.run_length is not None:
+        out["run_length"] = asdict(evidence.run_length)
+    if evidence.loader_ladder is not None:
+        out["loader_ladder"] = evidence.loader_ladder.to_dict()
+    if evidence.trials is not None:
+        out["trials"] = evidence.trials.to_dict()
+    if evidence.contention is not None:
+        out["contention"] = evidence.contention.to_dict()
+    if evidence.window_check is not None:
+        out["window_check"] = evidence.window_check.to_dict()
 
 
 def sync_cross_check(evidence: Evidence, summary: TraceSummary) -> dict[str, Any]:

@@ -91,6 +91,11 @@ class Finding:
 
 @dataclass
 class Recommendation:
+    """One change to make. ``measured_speedup`` comes from a trial on this run's own model or loader;
+    ``expected_speedup`` is the predicted whole-run speed-up (measured or estimated, see ``method`` and
+    ``basis``); ``saved_ms_per_step`` is the time it saves per training step, amortised over the run (a
+    one-off cost such as compile time included), ``saved_s`` over the whole run when its length is known."""
+
     kind: str  # the Category it addresses
     title: str
     detail: str
@@ -100,6 +105,11 @@ class Recommendation:
     evidence: dict[str, Any] = field(
         default_factory=dict
     )  # what the estimate rests on (e.g. a loader ladder)
+    measured_speedup: float | None = None  # the trial's own speed-up of the part it measured (fwd+bwd)
+    method: str | None = None  # "measured" | "estimated" | None (not ranked)
+    basis: str = ""  # how the saving was measured or estimated, in words
+    saved_ms_per_step: float | None = None
+    saved_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,22 +118,52 @@ class Recommendation:
             "detail": self.detail,
             "settings": self.settings,
             "snippet": self.snippet,
-            "expected_speedup": None if self.expected_speedup is None else round(self.expected_speedup, 3),
+            "expected_speedup": _r(self.expected_speedup, 3),
             "evidence": self.evidence,
+            "measured_speedup": _r(self.measured_speedup, 3),
+            "method": self.method,
+            "basis": self.basis,
+            "saved_ms_per_step": _r(self.saved_ms_per_step, 4),
+            "saved_s": _r(self.saved_s, 3),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Recommendation:
-        speedup = d.get("expected_speedup")
         return cls(
             d["kind"],
             d["title"],
             d["detail"],
             dict(d.get("settings") or {}),
             d.get("snippet", ""),
-            None if speedup is None else float(speedup),
+            _f(d.get("expected_speedup")),
             dict(d.get("evidence") or {}),
+            _f(d.get("measured_speedup")),
+            d.get("method"),
+            str(d.get("basis") or ""),
+            _f(d.get("saved_ms_per_step")),
+            _f(d.get("saved_s")),
         )
+
+    @property
+    def speedup_text(self) -> str:
+        """``"measured 1.96x"`` / ``"expected 1.42x (estimated: ...)"``; empty when neither is known."""
+        if self.measured_speedup is not None:
+            text = f"measured {self.measured_speedup:.2f}x"
+            if self.expected_speedup is not None:
+                text += f", {self.expected_speedup:.2f}x on the whole step"
+            return text
+        if self.expected_speedup is not None:
+            how = f" ({self.method}: {self.basis})" if self.method and self.basis else ""
+            return f"expected {self.expected_speedup:.2f}x{how}"
+        return ""
+
+
+def _r(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def _f(x: Any) -> float | None:
+    return None if x is None else float(x)
 
 
 @dataclass

@@ -6,11 +6,17 @@ the README) and a copy-pasteable ``snippet``. The primary bucket's advice comes 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.advice.ranked import ranked_recommendations
 from lightning_bottleneck.report import Finding, Recommendation
+
+if TYPE_CHECKING:
+    from lightning_bottleneck.rules.ranking import Ranking
 
 # Workers beyond this rarely help one training process and each costs memory (a copy of the dataset
 # object per worker); Lightning's own "does not have many workers" hint also caps at the CPU count.
@@ -60,6 +66,12 @@ def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation
     workers = cfg.num_workers
     target = suggested_workers(cfg)
     stall = any(f.kind == "epoch_start_stall" for f in findings)
+    if not any(f.kind == "input" for f in findings):
+        # the steady-state data wait is below its medium threshold: loader changes would not pay (issue
+        # 8 measured num_workers=1 at 0.79x on in-memory data); only worker restarts can still be fixed
+        if stall and workers and not cfg.persistent_workers:
+            return [_persistent_recommendation(cfg, workers)]
+        return []
     if workers is not None and workers < target:
         settings: dict[str, object] = {"num_workers": target}
         if not cfg.persistent_workers:
@@ -81,15 +93,7 @@ def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation
         return recs
     if workers:
         if stall and not cfg.persistent_workers:
-            recs.append(
-                Recommendation(
-                    kind="input",
-                    title="Keep DataLoader workers alive between epochs",
-                    detail="Workers are re-created at every epoch and each start costs a visible stall.",
-                    settings={"persistent_workers": True},
-                    snippet=_loader({"num_workers": workers, "persistent_workers": True}, cfg),
-                )
-            )
+            recs.append(_persistent_recommendation(cfg, workers))
         if cfg.accelerator == "cuda" and not cfg.pin_memory:
             recs.append(
                 Recommendation(
@@ -128,6 +132,16 @@ def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation
         )
     )
     return recs
+
+
+def _persistent_recommendation(cfg: RunConfig, workers: int) -> Recommendation:
+    return Recommendation(
+        kind="input",
+        title="Keep DataLoader workers alive between epochs",
+        detail="Workers are re-created at every epoch and each start costs a visible stall.",
+        settings={"persistent_workers": True},
+        snippet=_loader({"num_workers": workers, "persistent_workers": True}, cfg),
+    )
 
 
 def overhead_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation]:
@@ -308,18 +322,33 @@ ADVISORS: dict[Category, Callable[[RunConfig, list[Finding]], list[Recommendatio
 }
 
 
-def advise(primary: Category, findings: list[Finding], evidence: Evidence) -> list[Recommendation]:
-    """Recommendations for the primary bucket first, then for other buckets with findings."""
+def advise(
+    primary: Category, findings: list[Finding], evidence: Evidence, ranking: Ranking | None = None
+) -> list[Recommendation]:
+    """Recommendations for the primary bucket first, then for other buckets with findings.
+
+    With a :class:`~lightning_bottleneck.rules.ranking.Ranking`, the input advice is the loader plan's when
+    the probe measured a ladder, levers measured no faster are dropped, every recommendation that a
+    candidate fix backs carries its saving and speed-up, and the list is ordered by time saved.
+    """
     cfg = evidence.config or config_from_trace(evidence)
     order = [primary] + [Category(f.kind) for f in findings if f.kind in Category._value2member_map_]
+    if ranking is not None:
+        order += [c.category for c in ranking.candidates]
     seen: set[Category] = set()
     recs: list[Recommendation] = []
     for cat in order:
         if cat in seen or cat not in ADVISORS:
             continue
         seen.add(cat)
+        if cat == Category.INPUT and ranking is not None and ranking.loader_plan is not None:
+            recs += [copy.copy(r) for r in ranking.loader_plan.recommendations]
+            continue
         recs += ADVISORS[cat](cfg, findings)
-    return _drop_repeated(_drop_already_set(recs, cfg))
+    recs = _drop_repeated(_drop_already_set(recs, cfg))
+    if ranking is not None:
+        recs = ranked_recommendations(recs, ranking)
+    return recs
 
 
 def _drop_repeated(recs: list[Recommendation]) -> list[Recommendation]:

@@ -91,3 +91,29 @@ CONFIDENT_STEPS = 3
 # An "unknown" verdict is never reported with more confidence than this: the same floor
 # ``confidence_of`` gives a verdict with no bucket past its threshold.
 UNKNOWN_CONFIDENCE_MAX = 0.2
+
+# --- ranking by time saved (rules/ranking.py) --------------------------------------------------------
+# Communication levers, as the fraction of the *exposed* collective time per step each one recovers.
+# Gradient accumulation over k batches all-reduces once per k batches (Lightning runs DDP's no_sync on
+# the other k-1), so it saves (k-1)/k of the exposed all-reduce: the factor is computed, not tabled.
+# Larger DDP buckets and bucket views cut per-call latency and one gradient copy, not the bytes moved: the
+# DDP paper (Li et al., VLDB 2020, bucket-size sweep) moves per-iteration time by tens of percent at
+# most, so a fifth of the exposed time is the estimate.
+COMM_BUCKETS_RECOVERABLE = 0.2
+# A 16-bit compression hook halves the bytes each all-reduce moves (torch ddp_comm_hooks docs); a
+# bandwidth-bound all-reduce then takes about half as long, a latency-bound one barely less, and the casts
+# cost something: 0.3 sits between.
+COMM_COMPRESS_RECOVERABLE = 0.3
+# Confidence. Two fixes whose savings are within this ratio are a tie within the run-to-run spread of a
+# shared machine (issue 9 measured the same lever at 2.36x and 0.90x, quiet vs busy): the verdict is
+# then never reported above UNCERTAIN_CONFIDENCE_MAX; nor when the machine was contended, the window
+# not representative of the run (analysis/representative.py), or the trace's timing had to be repaired.
+TOP_TWO_RATIO_MIN = 1.3
+UNCERTAIN_CONFIDENCE_MAX = 0.9
+# A verdict resting on estimates (the RECOVERABLE table) rather than a measured trial stays below this.
+ESTIMATED_CONFIDENCE_MAX = 0.95
+# Step-time spread (p90 / median) above this makes every share a blend of different steps: the confidence
+# is scaled by SPREAD_RATIO_OK / spread (never below SPREAD_FACTOR_MIN). 1.5 is the OUTLIER-free spread of
+# a steady loop on this project's shared 2-core machine with another process busy (tests/test_verdicts.py).
+SPREAD_RATIO_OK = 1.5
+SPREAD_FACTOR_MIN = 0.5

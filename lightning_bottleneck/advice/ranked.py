@@ -1,0 +1,92 @@
+"""Advice ordered by time saved: each recommendation carries the candidate fix that backs it.
+
+:func:`ranked_recommendations` takes the advisors' recommendations and a
+:class:`~lightning_bottleneck.rules.ranking.Ranking`, drops what was measured no faster, attaches to each
+recommendation its saving (``saved_ms_per_step``, ``saved_s``), its ``method`` ("measured"/"estimated"),
+``basis`` and speed-ups, adds a recommendation for a measured win no advisor named, and orders the list:
+backed recommendations by time saved, the others after the best fix of their bucket.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lightning_bottleneck.report import Recommendation
+
+if TYPE_CHECKING:
+    from lightning_bottleneck.rules.ranking import Candidate, Ranking
+
+__all__ = ["ranked_recommendations"]
+
+
+def _measured_no_faster(rec: Recommendation, tried: list[Candidate]) -> Candidate | None:
+    for c in tried:
+        if c.key is not None and c.key in c.settings and rec.settings.get(c.key) == c.settings[c.key]:
+            if rec.kind == c.category.value or c.key in ("precision", "compile"):
+                return c
+    return None
+
+
+def _match(c: Candidate, recs: list[Recommendation], backed: dict[int, list[Candidate]]) -> int | None:
+    same = [i for i, r in enumerate(recs) if r.kind == c.category.value]
+    for i in same:  # the loader plan's own recommendations carry the candidate's name as title
+        if recs[i].title == c.name:
+            return i
+    if c.key is not None:
+        for i in same:
+            if c.key in recs[i].settings:
+                return i
+    if c.method == "estimated" or c.key is None or c.key == "cheaper_samples":
+        for i in same:
+            if i not in backed:
+                return i
+    return None
+
+
+def _from_trial(c: Candidate) -> Recommendation:
+    args = ", ".join(f"{k}={v!r}" for k, v in c.settings.items())
+    return Recommendation(
+        kind=c.category.value,
+        title=f"Use {c.name}: measured faster on this model",
+        detail=f"A trial on this run's own model and batch: {c.basis}.",
+        settings=dict(c.settings),
+        snippet=f"# {args}",
+    )
+
+
+def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list[Recommendation]:
+    out: list[Recommendation] = []
+    for r in recs:
+        veto = _measured_no_faster(r, ranking.tried)
+        if veto is None:
+            out.append(r)
+    backed: dict[int, list[Candidate]] = {}
+    for c in ranking.candidates:
+        i = _match(c, out, backed)
+        if i is None:
+            if c.method != "measured":
+                continue
+            out.append(_from_trial(c))
+            i = len(out) - 1
+        backed.setdefault(i, []).append(c)
+    for i, cands in backed.items():
+        r = out[i]
+        r.saved_ms_per_step = sum(c.saved_ms_per_step for c in cands)
+        saved = [c.saved_s for c in cands]
+        r.saved_s = None if any(s is None for s in saved) else sum(s or 0.0 for s in saved)
+        r.method = "measured" if any(c.method == "measured" for c in cands) else "estimated"
+        r.basis = "; ".join(c.basis for c in cands)
+        measured = [c.measured_speedup for c in cands if c.measured_speedup is not None]
+        if measured:
+            r.measured_speedup = max(measured)
+        if r.expected_speedup is None or len(cands) > 1:
+            r.expected_speedup = ranking.account.speedup(r.saved_ms_per_step)
+    bucket = ranking.bucket_savings()
+
+    def order(item: tuple[int, Recommendation]) -> tuple[float, int, int]:
+        i, r = item
+        if i in backed:
+            return (-(r.saved_ms_per_step or 0.0), 0, i)
+        return (-bucket.get(r.kind, 0.0), 1, i)
+
+    return [r for _, r in sorted(enumerate(out), key=order)]

@@ -1,0 +1,659 @@
+"""Rank candidate fixes by the time they save over the whole run; the verdict is the best fix's bucket.
+
+Every kind of lost time competes on one scale, milliseconds saved per training step *amortised over the
+whole fit*:
+
+* steady-state data wait (window share x step), worker start-up stalls (stall x epochs / total steps),
+  sync, exposed communication, compute and overhead shares (share x step);
+* each candidate fix is one :class:`Candidate`: what to set, how much it saves, and whether that saving was
+  **measured** (the loader probe's ladder through :mod:`lightning_bottleneck.advice.loader_plan`, trial
+  steps on the live model in :class:`~lightning_bottleneck.trial_results.TrialReport`) or **estimated**
+  (the named fractions in :mod:`lightning_bottleneck.rules.thresholds`);
+* a lever measured no faster than the noise band is kept as evidence and never advised; a one-off cost
+  (compile time) is charged against the run.
+
+Without the run's length (offline, an endless loader) the per-step savings compete alone, which is
+``share x recoverable`` as before, so trace-only verdicts are unchanged.
+
+Example::
+
+    ranking = rank(evidence, breakdown, step_ms=12.0)
+    ranking.primary, ranking.confidence(steps_profiled=5, from_trace=True)
+    for c in ranking.candidates: print(c)   # best first; ``recommended`` False: tried, not advised
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lightning_bottleneck.advice.loader_plan import (
+    LoaderPlan,
+    epoch_start_stall,
+    plan_from_timing,
+    plan_loader,
+)
+from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
+from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.report import Finding
+from lightning_bottleneck.rules import Verdict, mixed_precision_open
+from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.stats import median
+from lightning_bottleneck.trial_results import TrialResult
+
+__all__ = [
+    "COMPUTE_LEVERS",
+    "ESTIMATED",
+    "MEASURED",
+    "Candidate",
+    "Ranking",
+    "RunAccount",
+    "confidence",
+    "rank",
+    "ranked_verdict",
+    "tried_findings",
+]
+
+MEASURED = "measured"
+ESTIMATED = "estimated"
+
+#: Trial levers (``TrialResult.name``) and the bucket they count for; ``None``: the larger of compute and
+#: overhead (torch.compile removes dispatch and fuses kernels alike).
+COMPUTE_LEVERS: dict[str, Category | None] = {
+    "bf16-mixed": Category.COMPUTE,
+    "16-mixed": Category.COMPUTE,
+    "tf32": Category.COMPUTE,
+    "float32_matmul_precision": Category.COMPUTE,
+    "channels_last": Category.COMPUTE,
+    "compile": None,
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One fix and the time it saves (like ``torch.utils.benchmark.Measurement``, it prints itself).
+
+    ``key`` is the setting it is matched on in the advice (``"num_workers"``, ``"precision"``, ...; ``None``:
+    the bucket's first recommendation). ``saved_ms_per_step`` is amortised over the whole run (one-off costs
+    included) when its length is known, else per steady-state step; ``saved_s`` is over the whole run
+    (``None`` when the run's length is unknown). ``speedup`` is the whole-step speed-up it predicts;
+    ``measured_speedup`` the trial's own figure on the part it timed.
+    """
+
+    category: Category
+    name: str
+    key: str | None
+    settings: dict[str, Any]
+    saved_ms_per_step: float
+    saved_s: float | None
+    method: str  # MEASURED | ESTIMATED
+    speedup: float | None
+    basis: str
+    measured_speedup: float | None = None
+    recommended: bool = True
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category.value,
+            "name": self.name,
+            "settings": dict(self.settings),
+            "saved_ms_per_step": round(self.saved_ms_per_step, 4),
+            "saved_s": None if self.saved_s is None else round(self.saved_s, 3),
+            "method": self.method,
+            "speedup": None if self.speedup is None else round(self.speedup, 3),
+            "measured_speedup": None if self.measured_speedup is None else round(self.measured_speedup, 3),
+            "recommended": self.recommended,
+            "basis": self.basis,
+        }
+
+    def __str__(self) -> str:
+        if not self.recommended:
+            ms = f"{self.measured_speedup:.2f}x" if self.measured_speedup is not None else "not measured"
+            return f"tried {self.name}: {ms}, not recommended ({self.basis})"
+        run = f", {self.saved_s:.1f} s over the run" if self.saved_s is not None else ""
+        sp = f" ({self.speedup:.2f}x)" if self.speedup else ""
+        return (
+            f"{self.name}: saves {self.saved_ms_per_step:.2f} ms/step{run}{sp}, {self.method}: {self.basis}"
+        )
+
+
+@dataclass
+class RunAccount:
+    """The run's length and where its time goes (seconds over the whole fit when the length is known)."""
+
+    step_ms: float
+    total_steps: int | None
+    epochs: float | None
+    stall_ms: float  # extra wait of an epoch's first batch (0 when none was seen)
+    lost_s: dict[str, float] = field(default_factory=dict)  # bucket -> seconds lost over the run
+
+    @property
+    def known(self) -> bool:
+        return bool(self.total_steps)
+
+    @property
+    def run_s(self) -> float | None:
+        if not self.total_steps:
+            return None
+        return (self.total_steps * self.step_ms + (self.epochs or 0.0) * self.stall_ms) / 1e3
+
+    @property
+    def effective_step_ms(self) -> float:
+        """Wall time per training step over the run, stalls included."""
+        run = self.run_s
+        return run * 1e3 / self.total_steps if run and self.total_steps else self.step_ms
+
+    def per_step(self, saved_run_s: float) -> float:
+        return saved_run_s * 1e3 / self.total_steps if self.total_steps else 0.0
+
+    def over_run(self, saved_ms_per_step: float) -> float | None:
+        return saved_ms_per_step * self.total_steps / 1e3 if self.total_steps else None
+
+    def speedup(self, saved_ms_per_step: float) -> float | None:
+        eff = self.effective_step_ms
+        return eff / (eff - saved_ms_per_step) if 0 < saved_ms_per_step < eff else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_ms": round(self.step_ms, 4),
+            "total_steps": self.total_steps,
+            "epochs": self.epochs,
+            "epoch_start_stall_ms": round(self.stall_ms, 3),
+            "run_s": None if self.run_s is None else round(self.run_s, 3),
+            "lost_s": {k: round(v, 3) for k, v in self.lost_s.items()},
+        }
+
+
+@dataclass
+class Ranking:
+    """The candidates, best first, and what the verdict and advice read off them."""
+
+    account: RunAccount
+    candidates: list[Candidate] = field(default_factory=list)  # recommended ones, best first
+    tried: list[Candidate] = field(default_factory=list)  # measured, not advised
+    loader_plan: LoaderPlan | None = None  # set when the loader probe measured a ladder
+    notes: list[str] = field(default_factory=list)
+
+    def bucket_savings(self) -> dict[str, float]:
+        """Best saving per bucket (ms per step); the input bucket adds its steady wait and its stalls."""
+        out: dict[str, float] = {}
+        input_parts: dict[str, float] = {}
+        for c in self.candidates:
+            if c.category == Category.INPUT and self.loader_plan is None:
+                part = "stall" if c.key == "persistent_workers" else "steady"
+                input_parts[part] = max(input_parts.get(part, 0.0), c.saved_ms_per_step)
+                continue
+            out[c.category.value] = max(out.get(c.category.value, 0.0), c.saved_ms_per_step)
+        if input_parts:
+            out[Category.INPUT.value] = sum(input_parts.values())
+        return out
+
+    @property
+    def primary(self) -> Category:
+        savings = self.bucket_savings()
+        positive = {k: v for k, v in savings.items() if v > 0}
+        return Category(max(positive, key=lambda k: positive[k])) if positive else Category.UNKNOWN
+
+    def top_two_ratio(self) -> float | None:
+        ordered = sorted(self.bucket_savings().values(), reverse=True)
+        if len(ordered) < 2 or ordered[1] <= 0:
+            return None
+        return ordered[0] / ordered[1]
+
+    def top_method(self) -> str | None:
+        primary = self.primary
+        best = [c for c in self.candidates if c.category == primary]
+        return best[0].method if best else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "account": self.account.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "tried": [c.to_dict() for c in self.tried],
+            "bucket_savings_ms_per_step": {k: round(v, 4) for k, v in self.bucket_savings().items()},
+        }
+
+
+# ------------------------------------------------------------------------------------------- building
+
+
+def rank(evidence: Evidence, breakdown: dict[str, float], step_ms: float | None) -> Ranking:
+    """Every candidate fix for this run with the time it saves, best first."""
+    account = run_account(evidence, breakdown, step_ms)
+    ranking = Ranking(account)
+    cands: list[Candidate] = []
+    cands += _input_candidates(evidence, breakdown, account, ranking)
+    cands += _sync_candidates(breakdown, account)
+    cands += _communication_candidates(evidence, breakdown, account)
+    cands += _model_candidates(evidence, breakdown, account, ranking)
+    ranking.candidates = sorted(
+        (c for c in cands if c.recommended and c.saved_ms_per_step > 0), key=lambda c: -c.saved_ms_per_step
+    )
+    ranking.tried = [c for c in cands if not c.recommended]
+    return ranking
+
+
+def run_account(evidence: Evidence, breakdown: dict[str, float], step_ms: float | None) -> RunAccount:
+    """The run's length (from ``evidence.run_length``) and the seconds each bucket loses over it."""
+    rl = evidence.run_length
+    total = rl.total_steps if rl is not None and rl.total_steps and rl.total_steps > 0 else None
+    epochs: float | None = None
+    if rl is not None and rl.epochs:
+        epochs = float(rl.epochs)
+    elif total and rl is not None and rl.steps_per_epoch:
+        epochs = total / rl.steps_per_epoch
+    stall_ms = _stall_ms(evidence)
+    account = RunAccount(step_ms=step_ms or 1.0, total_steps=total, epochs=epochs, stall_ms=stall_ms)
+    if total:
+        for cat, share in BUCKET_SHARES.items():
+            account.lost_s[cat.value] = breakdown.get(str(share), 0.0) * account.step_ms * total / 1e3
+        account.lost_s["epoch_start_stall"] = (epochs or 0.0) * stall_ms / 1e3
+    return account
+
+
+def _stall_ms(evidence: Evidence) -> float:
+    """Median extra wait of an epoch's first batch, when it passes the epoch-stall rule's thresholds."""
+    timing = evidence.timing
+    if timing is None or not timing.epoch_start_wait_ms:
+        return 0.0
+    steady = median(timing.data_wait_ms) if timing.data_wait_ms else 0.0
+    if median(timing.epoch_start_wait_ms) < max(T.EPOCH_STALL_MIN_MS, T.EPOCH_STALL_RATIO * steady):
+        return 0.0
+    extra = epoch_start_stall(timing)
+    return (extra or 0.0) * 1e3
+
+
+def _share(breakdown: dict[str, float], share: Share) -> float:
+    return float(breakdown.get(str(share), 0.0))
+
+
+def _estimate(
+    category: Category,
+    name: str,
+    key: str | None,
+    settings: dict[str, Any],
+    saved_ms: float,
+    account: RunAccount,
+    basis: str,
+) -> Candidate:
+    return Candidate(
+        category, name, key, settings, saved_ms, account.over_run(saved_ms), ESTIMATED,
+        account.speedup(saved_ms), basis,
+    )  # fmt: skip
+
+
+def _input_candidates(
+    evidence: Evidence, breakdown: dict[str, float], account: RunAccount, ranking: Ranking
+) -> list[Candidate]:
+    wait = _share(breakdown, Share.DATA_WAIT)
+    cfg = evidence.config
+    ladder = evidence.loader_ladder
+    if ladder is not None and not ladder.skipped and ladder.rungs and cfg is not None:
+        return _measured_loader(evidence, cfg, wait, account, ranking)
+    if ladder is not None and ladder.notes:
+        ranking.notes += [f"Loader probe: {n}" for n in ladder.notes]
+    out: list[Candidate] = []
+    if wait >= T.INPUT_SHARE_MEDIUM:
+        saved = wait * T.RECOVERABLE["input"] * account.step_ms
+        out.append(
+            _estimate(
+                Category.INPUT,
+                "hide the data wait",
+                "num_workers",
+                {},
+                saved,
+                account,
+                f"{wait:.0%} of the step waits for the DataLoader; enough workers hide it all",
+            )  # fmt: skip
+        )
+    workers = cfg.num_workers if cfg is not None else None
+    persistent = cfg.persistent_workers if cfg is not None else None
+    if account.known and account.stall_ms > 0 and (workers or 0) > 0 and not persistent and account.epochs:
+        restarts = max(0.0, account.epochs - 1.0)  # persistent workers still start once
+        saved_s = restarts * account.stall_ms / 1e3
+        saved = account.per_step(saved_s)
+        if saved >= T.INPUT_SHARE_MEDIUM * account.step_ms:
+            out.append(
+                Candidate(
+                    Category.INPUT,
+                    "persistent_workers=True",
+                    "persistent_workers",
+                    {"persistent_workers": True},
+                    saved,
+                    saved_s,
+                    ESTIMATED,
+                    account.speedup(saved),
+                    f"workers restart {restarts:.0f} time(s), {account.stall_ms:.0f} ms each",
+                )  # fmt: skip
+            )
+    return out
+
+
+def _measured_loader(
+    evidence: Evidence, cfg: RunConfig, wait: float, account: RunAccount, ranking: Ranking
+) -> list[Candidate]:
+    ladder = evidence.loader_ladder
+    assert ladder is not None
+    rl = evidence.run_length
+    spe = rl.steps_per_epoch if rl is not None else None
+    timing = evidence.timing
+    if timing is not None and timing.step_ms and timing.samples_per_step:
+        plan = plan_from_timing(ladder, cfg, timing, spe)
+    else:
+        bs = ladder.batch_size or cfg.batch_size or 1
+        busy_s = account.step_ms * (1 - wait) / 1e3
+        plan = plan_loader(
+            ladder, cfg, consumption_samples_per_s=bs / busy_s if busy_s > 0 else None,
+            data_wait_share=wait, step_s=account.step_ms / 1e3, steps_per_epoch=spe,
+            epoch_start_stall_s=account.stall_ms / 1e3 if account.stall_ms else None,
+        )  # fmt: skip
+    ranking.loader_plan = plan
+    ranking.notes += [f"Loader probe: {n}" for n in plan.notes]
+    out = []
+    for i, rec in enumerate(plan.recommendations):
+        key = next(iter(rec.settings), None) if rec.settings else None
+        eff = account.effective_step_ms
+        if rec.expected_speedup and rec.expected_speedup > 1.0:
+            saved = eff * (1 - 1 / rec.expected_speedup)
+            method, basis = MEASURED, "the loader probe's ladder on this run's own DataLoader"
+        elif not rec.settings:  # "make samples cheaper": at best, all of the data wait
+            saved = wait * account.step_ms
+            method = ESTIMATED
+            basis = (
+                f"all of the {wait:.0%} data wait if samples cost nothing; the loader measured at most "
+                f"{ladder.ceiling_samples_per_s:.0f} samples/s"
+            )
+        else:
+            continue
+        if i == 0 and not rec.settings:
+            key = "cheaper_samples"
+        out.append(
+            Candidate(
+                Category.INPUT,
+                rec.title,
+                key,
+                dict(rec.settings),
+                saved,
+                account.over_run(saved),
+                method,
+                rec.expected_speedup if method == MEASURED else account.speedup(saved),
+                basis,
+                evidence={"plan_index": i},
+            )  # fmt: skip
+        )
+    return out
+
+
+def _sync_candidates(breakdown: dict[str, float], account: RunAccount) -> list[Candidate]:
+    share = _share(breakdown, Share.SYNC)
+    if share < T.SYNC_SHARE_MEDIUM:
+        return []
+    saved = share * T.RECOVERABLE["sync"] * account.step_ms
+    return [
+        _estimate(
+            Category.SYNC,
+            "remove the synchronisations",
+            None,
+            {},
+            saved,
+            account,
+            f"{share:.0%} of the step blocks on the device; removing the calls removes the wait",
+        )  # fmt: skip
+    ]
+
+
+def _communication_candidates(
+    evidence: Evidence, breakdown: dict[str, float], account: RunAccount
+) -> list[Candidate]:
+    share = _share(breakdown, Share.COMMUNICATION)
+    cfg = evidence.config or RunConfig()
+    if share < T.COMM_SHARE_MEDIUM:
+        return []
+    exposed = share * account.step_ms
+    out = []
+    if not cfg.manual_optimization:
+        acc = max(1, cfg.accumulate_grad_batches)
+        new = acc * 2
+        frac = 1.0 - acc / new  # all-reduces per batch: 1/acc -> 1/new; (k-1)/k from acc=1
+        out.append(
+            _estimate(
+                Category.COMMUNICATION,
+                f"accumulate_grad_batches={new}",
+                "accumulate_grad_batches",
+                {"accumulate_grad_batches": new},
+                exposed * frac,
+                account,
+                f"{exposed:.1f} ms/step of exposed collectives, all-reduced once per {new} batches instead of "
+                f"{acc}: saves {frac:.0%} of it; the effective batch grows {new // acc}x (retune the learning "
+                "rate), memory per batch is unchanged",
+            )  # fmt: skip
+        )
+    if "fsdp" not in (cfg.strategy or "").lower():
+        out.append(
+            _estimate(
+                Category.COMMUNICATION,
+                "DDP bucket settings",
+                "static_graph",
+                {},
+                exposed * T.COMM_BUCKETS_RECOVERABLE,
+                account,
+                f"{T.COMM_BUCKETS_RECOVERABLE:.0%} of {exposed:.1f} ms/step exposed collectives (fewer, larger buckets)",
+            )  # fmt: skip
+        )
+        out.append(
+            _estimate(
+                Category.COMMUNICATION,
+                "gradient compression hook",
+                "ddp_comm_hook",
+                {},
+                exposed * T.COMM_COMPRESS_RECOVERABLE,
+                account,
+                f"{T.COMM_COMPRESS_RECOVERABLE:.0%} of {exposed:.1f} ms/step exposed collectives (half the bytes)",
+            )  # fmt: skip
+        )
+    else:
+        out.append(
+            _estimate(
+                Category.COMMUNICATION,
+                "FSDP prefetch",
+                "backward_prefetch",
+                {},
+                exposed * T.RECOVERABLE["communication"],
+                account,
+                f"{T.RECOVERABLE['communication']:.0%} of {exposed:.1f} ms/step exposed all-gathers overlapped",
+            )  # fmt: skip
+        )
+    return out
+
+
+def _model_candidates(
+    evidence: Evidence, breakdown: dict[str, float], account: RunAccount, ranking: Ranking
+) -> list[Candidate]:
+    """Compute and overhead: measured trials where they ran, the RECOVERABLE estimates otherwise."""
+    compute = _share(breakdown, Share.COMPUTE)
+    overhead = _share(breakdown, Share.OVERHEAD)
+    out: list[Candidate] = []
+    measured_keys: set[str] = set()
+    trials = evidence.trials
+    if trials is not None and trials.skipped:
+        ranking.notes.append(f"Trials on the live model skipped: {trials.skipped}")
+    if trials is not None and not trials.skipped:
+        model_ms = account.step_ms * max(
+            0.0, 1.0 - sum(_share(breakdown, s) for s in (Share.DATA_WAIT, Share.SYNC, Share.COMMUNICATION))
+        )
+        for r in trials.results:
+            if r.measured_speedup is None:
+                continue
+            measured_keys |= set(r.settings)
+            out.append(_trial_candidate(r, compute, overhead, model_ms, account))
+    amp_open = evidence is not None and mixed_precision_open(evidence)
+    if compute >= T.COMPUTE_SHARE_MEDIUM:
+        key = "precision" if amp_open else "compile"
+        if key not in measured_keys:
+            frac = T.RECOVERABLE["compute"] if amp_open else T.COMPUTE_RECOVERABLE_NO_AMP
+            out.append(
+                _estimate(
+                    Category.COMPUTE,
+                    "mixed precision" if amp_open else "torch.compile",
+                    None,
+                    {},
+                    compute * frac * account.step_ms,
+                    account,
+                    f"{compute:.0%} of the step is compute; {'mixed precision' if amp_open else 'compile'} "
+                    f"recovers about {frac:.0%} of it (not measured on this model)",
+                )  # fmt: skip
+            )
+    if overhead >= T.OVERHEAD_SHARE_MEDIUM and "compile" not in measured_keys:
+        frac = T.RECOVERABLE["overhead"]
+        out.append(
+            _estimate(
+                Category.OVERHEAD,
+                "torch.compile",
+                None,
+                {},
+                overhead * frac * account.step_ms,
+                account,
+                f"{overhead:.0%} of the step is per-op overhead; compile removes about {frac:.0%} of it "
+                "(not measured on this model)",
+            )  # fmt: skip
+        )
+    return out
+
+
+def _trial_candidate(
+    r: TrialResult, compute: float, overhead: float, model_ms: float, account: RunAccount
+) -> Candidate:
+    cat = COMPUTE_LEVERS.get(r.name, Category.COMPUTE)
+    if cat is None:
+        cat = Category.OVERHEAD if overhead > compute else Category.COMPUTE
+    speedup = float(r.measured_speedup or 0.0)
+    part = min(r.baseline_ms, model_ms) if r.baseline_ms else model_ms
+    per_step = part * (1.0 - 1.0 / speedup) if speedup > 0 else 0.0
+    saved_s = account.over_run(per_step)
+    amortised = per_step
+    basis = f"forward+backward measured {speedup:.2f}x on this model ({r.repetitions} A/B pairs)"
+    recommended = r.recommended and per_step > 0
+    if r.compile_s is not None:
+        basis += f"; {r.compile_s:.1f} s compile time counted against the run"
+        if saved_s is not None:
+            saved_s -= r.compile_s
+            amortised = account.per_step(saved_s)
+            if saved_s <= 0:
+                recommended = False
+                basis += " (it costs more than the run would save)"
+    if not r.recommended:
+        basis = r.note or "not faster than the noise band"
+    key = next(iter(r.settings), None)
+    return Candidate(
+        cat, r.name, key, dict(r.settings), amortised, saved_s, MEASURED,
+        account.speedup(amortised) if recommended else None, basis, r.measured_speedup, recommended,
+        {"trial": r.to_dict()},
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- confidence
+
+
+def confidence(
+    ranking: Ranking,
+    evidence: Evidence,
+    steps_profiled: int,
+    from_trace: bool,
+    step_samples_ms: list[float] | None = None,
+) -> tuple[float, list[str]]:
+    """How sure the verdict is, and the notes that explain a cap.
+
+    The base is today's margin x window (``top / (top + second)`` over the buckets' best fixes, scaled down
+    for a short window); the step-time spread scales it down; an estimated verdict stays below
+    :data:`~.thresholds.ESTIMATED_CONFIDENCE_MAX`; and it is capped at
+    :data:`~.thresholds.UNCERTAIN_CONFIDENCE_MAX` when the top two fixes are within
+    :data:`~.thresholds.TOP_TWO_RATIO_MIN`, the machine was busy, the window was not representative, or the
+    trace's timing had to be repaired.
+    """
+    savings = ranking.bucket_savings()
+    positive = sorted((v for v in savings.values() if v > 0), reverse=True)
+    if not positive:
+        return T.UNKNOWN_CONFIDENCE_MAX, []
+    top = positive[0]
+    second = positive[1] if len(positive) > 1 else 0.0
+    margin = top / (top + second)
+    window = min(1.0, steps_profiled / T.CONFIDENT_STEPS) if from_trace else 0.6
+    conf = margin * window
+    notes: list[str] = []
+    if step_samples_ms and len(step_samples_ms) >= 3:
+        s = sorted(step_samples_ms)
+        med = s[len(s) // 2]
+        p90 = s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
+        spread = p90 / med if med > 0 else 1.0
+        if spread > T.SPREAD_RATIO_OK:
+            conf *= max(T.SPREAD_FACTOR_MIN, T.SPREAD_RATIO_OK / spread)
+    cap = 0.99 if ranking.top_method() == MEASURED else T.ESTIMATED_CONFIDENCE_MAX
+    reasons = []
+    ratio = ranking.top_two_ratio()
+    if ratio is not None and ratio < T.TOP_TWO_RATIO_MIN:
+        reasons.append(f"the two best fixes are within {T.TOP_TWO_RATIO_MIN}x of each other ({ratio:.2f}x)")
+    if evidence.contention is not None and evidence.contention.busy:
+        reasons.append("the machine was busy")
+        notes.append(f"Busy machine while profiling: {evidence.contention.note}")
+    wc = evidence.window_check
+    if wc is not None and not wc.representative:
+        reasons.append(f"the window is not representative ({wc.likely_cause or 'unknown cause'})")
+        notes.append(f"Window not representative: {wc.note}")
+    if any("implausible" in n for s in evidence.summaries[:1] for n in s.notes):
+        reasons.append("the trace's timing had to be repaired")
+    if reasons:
+        cap = min(cap, T.UNCERTAIN_CONFIDENCE_MAX)
+        if conf > cap:
+            notes.append(f"Confidence capped at {cap:.0%}: {'; '.join(reasons)}.")
+    return round(max(0.05, min(cap, conf)), 3), notes
+
+
+def ranked_verdict(
+    verdict: Verdict,
+    ranking: Ranking,
+    evidence: Evidence,
+    steps_profiled: int,
+    from_trace: bool,
+    step_samples_ms: list[float] | None = None,
+) -> tuple[Verdict, list[str]]:
+    """The rules' verdict with its primary bucket and confidence taken from the ranking.
+
+    An out-of-memory error keeps its verdict. When no fix is left (every lever measured no faster), the
+    share-based verdict stands, capped at :data:`~.thresholds.UNCERTAIN_CONFIDENCE_MAX` with a note.
+    """
+    if evidence.oom:
+        return verdict, []
+    step = ranking.account.step_ms
+    savings = {k: v / step for k, v in ranking.bucket_savings().items()} if step > 0 else {}
+    primary = ranking.primary
+    if primary == Category.UNKNOWN:
+        notes = []
+        conf = verdict.confidence
+        if verdict.primary != Category.UNKNOWN and ranking.tried:
+            conf = min(conf, T.UNCERTAIN_CONFIDENCE_MAX)
+            notes.append(
+                f"No measured fix pays off for {verdict.primary.value}: "
+                + "; ".join(str(c) for c in ranking.tried)
+                + "."
+            )
+        return replace(verdict, confidence=conf), notes
+    conf, notes = confidence(ranking, evidence, steps_profiled, from_trace, step_samples_ms)
+    findings = sorted(verdict.findings, key=lambda f: (f.kind != primary.value, f.severity.rank))
+    return replace(verdict, primary=primary, confidence=conf, savings=savings, findings=findings), notes
+
+
+def tried_findings(ranking: Ranking) -> list[Finding]:
+    """One low-severity finding per lever that was measured and is not advised (kept as evidence)."""
+    out = []
+    for c in ranking.tried:
+        ms = f"{c.measured_speedup:.2f}x" if c.measured_speedup is not None else "not measured"
+        out.append(
+            Finding(
+                kind=FindingKind.of(c.category),
+                severity=Severity.LOW,
+                summary=f"Tried {c.name} on this model: {ms}, not recommended ({c.basis}).",
+                evidence={"trial": c.evidence.get("trial", {}), "settings": dict(c.settings)},
+            )
+        )
+    return out
