@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.report import Recommendation, Report
 
 HEADLINES = {
     Category.INPUT: "input-bound: the device waits for the DataLoader",
@@ -51,6 +51,8 @@ def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str
         for i, r in enumerate(report.recommendations[:max_recs], 1):
             settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
             lines.append(f"    {i}. {r.title}" + (f"  ({settings})" if settings else ""))
+            if r.speedup_text:
+                lines.append(f"       {_saving(r)}")
     if len(report.ranks) > 1:
         per_rank = ", ".join(f"rank {r.rank}: {r.primary.value}" for r in report.ranks)
         lines.append(f"  ranks: {per_rank}")
@@ -59,6 +61,15 @@ def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str
     for note in report.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
+
+
+def _saving(r: Recommendation) -> str:
+    """``measured 1.96x ...; saves 3.1 ms/step (620 s over the run)``."""
+    text = r.speedup_text
+    if r.saved_ms_per_step:
+        run = f", {r.saved_s:.0f} s over the run" if r.saved_s is not None else ""
+        text += f"; saves {r.saved_ms_per_step:.2f} ms/step{run}"
+    return text
 
 
 def _md_escape(text: str) -> str:
@@ -102,6 +113,8 @@ def render_markdown(report: Report) -> str:
         out += ["### Advice", ""]
         for i, r in enumerate(report.recommendations, 1):
             out += [f"**{i}. {_md_escape(r.title)}**", "", _md_escape(r.detail), ""]
+            if r.speedup_text:
+                out += [f"*Speed-up: {_md_escape(_saving(r))}*", ""]
             if r.settings:
                 settings = ", ".join(f"`{k}={v!r}`" for k, v in r.settings.items())
                 out += [f"Settings: {settings}", ""]

@@ -172,7 +172,8 @@ def _top_advice(report: Report) -> str:
     more = len(report.recommendations) - 1
     tail = f'<p class="small muted">{more} more below.</p>' if more > 0 else ""
     snippet = f'<pre class="wrap"><code>{escape(r.snippet)}</code></pre>' if r.snippet else ""
-    return f"<h2>Do this first</h2><p><b>{escape(r.title)}</b></p>{snippet}{tail}"
+    speed = f'<p class="small muted">{escape(r.speedup_text)}</p>' if r.speedup_text else ""
+    return f"<h2>Do this first</h2><p><b>{escape(r.title)}</b></p>{speed}{snippet}{tail}"
 
 
 def _evidence(report: Report) -> str:
@@ -203,6 +204,7 @@ def _advice(report: Report) -> str:
         settings = ", ".join(f"<code>{escape(f'{k}={v!r}')}</code>" for k, v in r.settings.items())
         items.append(
             f'<div class="advice"><h3>{i}. {escape(r.title)}</h3><p>{escape(r.detail)}</p>'
+            + (f'<p class="small muted">{escape(r.speedup_text)}</p>' if r.speedup_text else "")
             + (f"<p>Settings: {settings}</p>" if settings else "")
             + (f"<pre><code>{escape(r.snippet)}</code></pre>" if r.snippet else "")
             + "</div>"

@@ -10,9 +10,9 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from lightning_bottleneck.advice.ranked import ranked_recommendations
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.advice.ranked import ranked_recommendations
 from lightning_bottleneck.report import Finding, Recommendation
 
 if TYPE_CHECKING:

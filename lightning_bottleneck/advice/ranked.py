@@ -4,7 +4,7 @@
 :class:`~lightning_bottleneck.rules.ranking.Ranking`, drops what was measured no faster, attaches to each
 recommendation its saving (``saved_ms_per_step``, ``saved_s``), its ``method`` ("measured"/"estimated"),
 ``basis`` and speed-ups, adds a recommendation for a measured win no advisor named, and orders the list:
-backed recommendations by time saved, the others after the best fix of their bucket.
+backed recommendations by time saved, then the others (no saving known) by their bucket's best fix.
 """
 
 from __future__ import annotations
@@ -21,9 +21,13 @@ __all__ = ["ranked_recommendations"]
 
 def _measured_no_faster(rec: Recommendation, tried: list[Candidate]) -> Candidate | None:
     for c in tried:
-        if c.key is not None and c.key in c.settings and rec.settings.get(c.key) == c.settings[c.key]:
-            if rec.kind == c.category.value or c.key in ("precision", "compile"):
-                return c
+        if (
+            c.key is not None
+            and c.key in c.settings
+            and rec.settings.get(c.key) == c.settings[c.key]
+            and (rec.kind == c.category.value or c.key in ("precision", "compile"))
+        ):
+            return c
     return None
 
 
@@ -83,10 +87,10 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             r.expected_speedup = ranking.account.speedup(r.saved_ms_per_step)
     bucket = ranking.bucket_savings()
 
-    def order(item: tuple[int, Recommendation]) -> tuple[float, int, int]:
+    def order(item: tuple[int, Recommendation]) -> tuple[int, float, int]:
         i, r = item
         if i in backed:
-            return (-(r.saved_ms_per_step or 0.0), 0, i)
-        return (-bucket.get(r.kind, 0.0), 1, i)
+            return (0, -(r.saved_ms_per_step or 0.0), i)
+        return (1, -bucket.get(r.kind, 0.0), i)
 
     return [r for _, r in sorted(enumerate(out), key=order)]

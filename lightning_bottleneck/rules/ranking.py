@@ -278,9 +278,16 @@ def _estimate(
     basis: str,
 ) -> Candidate:
     return Candidate(
-        category, name, key, settings, saved_ms, account.over_run(saved_ms), ESTIMATED,
-        account.speedup(saved_ms), basis,
-    )  # fmt: skip
+        category,
+        name,
+        key,
+        settings,
+        saved_ms,
+        account.over_run(saved_ms),
+        ESTIMATED,
+        account.speedup(saved_ms),
+        basis,
+    )
 
 
 def _input_candidates(
@@ -305,7 +312,7 @@ def _input_candidates(
                 saved,
                 account,
                 f"{wait:.0%} of the step waits for the DataLoader; enough workers hide it all",
-            )  # fmt: skip
+            )
         )
     workers = cfg.num_workers if cfg is not None else None
     persistent = cfg.persistent_workers if cfg is not None else None
@@ -325,7 +332,7 @@ def _input_candidates(
                     ESTIMATED,
                     account.speedup(saved),
                     f"workers restart {restarts:.0f} time(s), {account.stall_ms:.0f} ms each",
-                )  # fmt: skip
+                )
             )
     return out
 
@@ -344,10 +351,14 @@ def _measured_loader(
         bs = ladder.batch_size or cfg.batch_size or 1
         busy_s = account.step_ms * (1 - wait) / 1e3
         plan = plan_loader(
-            ladder, cfg, consumption_samples_per_s=bs / busy_s if busy_s > 0 else None,
-            data_wait_share=wait, step_s=account.step_ms / 1e3, steps_per_epoch=spe,
+            ladder,
+            cfg,
+            consumption_samples_per_s=bs / busy_s if busy_s > 0 else None,
+            data_wait_share=wait,
+            step_s=account.step_ms / 1e3,
+            steps_per_epoch=spe,
             epoch_start_stall_s=account.stall_ms / 1e3 if account.stall_ms else None,
-        )  # fmt: skip
+        )
     ranking.loader_plan = plan
     ranking.notes += [f"Loader probe: {n}" for n in plan.notes]
     out = []
@@ -357,6 +368,11 @@ def _measured_loader(
         if rec.expected_speedup and rec.expected_speedup > 1.0:
             saved = eff * (1 - 1 / rec.expected_speedup)
             method, basis = MEASURED, "the loader probe's ladder on this run's own DataLoader"
+            if plan.covered is False:
+                basis += (
+                    f" (its settings alone; the loader tops out at {ladder.ceiling_samples_per_s:.0f} "
+                    f"samples/s, so cheaper samples can save up to the whole {wait:.0%} data wait)"
+                )
         elif not rec.settings:  # "make samples cheaper": at best, all of the data wait
             saved = wait * account.step_ms
             method = ESTIMATED
@@ -380,7 +396,7 @@ def _measured_loader(
                 rec.expected_speedup if method == MEASURED else account.speedup(saved),
                 basis,
                 evidence={"plan_index": i},
-            )  # fmt: skip
+            )
         )
     return out
 
@@ -399,7 +415,7 @@ def _sync_candidates(breakdown: dict[str, float], account: RunAccount) -> list[C
             saved,
             account,
             f"{share:.0%} of the step blocks on the device; removing the calls removes the wait",
-        )  # fmt: skip
+        )
     ]
 
 
@@ -427,7 +443,7 @@ def _communication_candidates(
                 f"{exposed:.1f} ms/step of exposed collectives, all-reduced once per {new} batches instead of "
                 f"{acc}: saves {frac:.0%} of it; the effective batch grows {new // acc}x (retune the learning "
                 "rate), memory per batch is unchanged",
-            )  # fmt: skip
+            )
         )
     if "fsdp" not in (cfg.strategy or "").lower():
         out.append(
@@ -439,7 +455,7 @@ def _communication_candidates(
                 exposed * T.COMM_BUCKETS_RECOVERABLE,
                 account,
                 f"{T.COMM_BUCKETS_RECOVERABLE:.0%} of {exposed:.1f} ms/step exposed collectives (fewer, larger buckets)",
-            )  # fmt: skip
+            )
         )
         out.append(
             _estimate(
@@ -450,7 +466,7 @@ def _communication_candidates(
                 exposed * T.COMM_COMPRESS_RECOVERABLE,
                 account,
                 f"{T.COMM_COMPRESS_RECOVERABLE:.0%} of {exposed:.1f} ms/step exposed collectives (half the bytes)",
-            )  # fmt: skip
+            )
         )
     else:
         out.append(
@@ -462,7 +478,7 @@ def _communication_candidates(
                 exposed * T.RECOVERABLE["communication"],
                 account,
                 f"{T.RECOVERABLE['communication']:.0%} of {exposed:.1f} ms/step exposed all-gathers overlapped",
-            )  # fmt: skip
+            )
         )
     return out
 
@@ -502,7 +518,7 @@ def _model_candidates(
                     account,
                     f"{compute:.0%} of the step is compute; {'mixed precision' if amp_open else 'compile'} "
                     f"recovers about {frac:.0%} of it (not measured on this model)",
-                )  # fmt: skip
+                )
             )
     if overhead >= T.OVERHEAD_SHARE_MEDIUM and "compile" not in measured_keys:
         frac = T.RECOVERABLE["overhead"]
@@ -516,7 +532,7 @@ def _model_candidates(
                 account,
                 f"{overhead:.0%} of the step is per-op overhead; compile removes about {frac:.0%} of it "
                 "(not measured on this model)",
-            )  # fmt: skip
+            )
         )
     return out
 
@@ -546,10 +562,19 @@ def _trial_candidate(
         basis = r.note or "not faster than the noise band"
     key = next(iter(r.settings), None)
     return Candidate(
-        cat, r.name, key, dict(r.settings), amortised, saved_s, MEASURED,
-        account.speedup(amortised) if recommended else None, basis, r.measured_speedup, recommended,
+        cat,
+        r.name,
+        key,
+        dict(r.settings),
+        amortised,
+        saved_s,
+        MEASURED,
+        account.speedup(amortised) if recommended else None,
+        basis,
+        r.measured_speedup,
+        recommended,
         {"trial": r.to_dict()},
-    )  # fmt: skip
+    )
 
 
 # ------------------------------------------------------------------------------------------- confidence
@@ -584,7 +609,7 @@ def confidence(
     if step_samples_ms and len(step_samples_ms) >= 3:
         s = sorted(step_samples_ms)
         med = s[len(s) // 2]
-        p90 = s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
+        p90 = s[min(len(s) - 1, round(0.9 * (len(s) - 1)))]
         spread = p90 / med if med > 0 else 1.0
         if spread > T.SPREAD_RATIO_OK:
             conf *= max(T.SPREAD_FACTOR_MIN, T.SPREAD_RATIO_OK / spread)

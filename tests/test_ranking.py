@@ -1,0 +1,319 @@
+"""Advice ranked by time saved over the whole run (issues 8.1, 8.4, 9.2-9.6), on hand-built evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_bottleneck.analysis.representative import check_window
+from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.categories import Category
+from lightning_bottleneck.contention import Contention
+from lightning_bottleneck.diagnose import diagnose
+from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
+from lightning_bottleneck.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.render import render_markdown, render_text
+from lightning_bottleneck.render_html import render_html
+from lightning_bottleneck.report import Report
+from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.rules.ranking import MEASURED, rank
+from lightning_bottleneck.trial_results import TrialReport, TrialResult
+
+
+def _cpu_trace(
+    data_wait: float = 0.0, compute: float = 0.0, comm: float = 0.0, step_ms: float = 10.0
+) -> TraceSummary:
+    return TraceSummary(
+        num_steps=5,
+        step_times_ms=[step_ms] * 5,
+        data_wait=data_wait,
+        host_op_long=compute,
+        cpu_collective=comm,
+    )
+
+
+def _timing(
+    step_ms: float = 10.0, wait_ms: float = 0.2, epoch_start: list[float] | None = None, spp: float = 32.0
+) -> TimingStats:
+    return TimingStats(
+        steps=60,
+        step_ms=[step_ms] * 40,
+        data_wait_ms=[wait_ms] * 40,
+        epoch_start_wait_ms=list(epoch_start or []),
+        samples_per_step=spp,
+    )
+
+
+def _trial(
+    name: str, settings: dict, speedup: float, *, compile_s: float | None = None, base_ms: float = 8.0
+) -> TrialResult:
+    rec = speedup > 1.03
+    return TrialResult(
+        name,
+        settings,
+        measured_speedup=speedup,
+        spread=0.02,
+        repetitions=5,
+        baseline_ms=base_ms,
+        lever_ms=base_ms / speedup,
+        compile_s=compile_s,
+        recommended=rec,
+        note="" if rec else ("slower" if speedup < 1 else "within the noise band"),
+    )
+
+
+def _cpu_cfg(**kw: object) -> RunConfig:
+    base: dict = dict(
+        num_workers=0, persistent_workers=False, batch_size=32, precision="32-true", accelerator="cpu",
+        usable_cpus=2, bf16_supported=True,
+    )  # fmt: skip
+    base.update(kw)
+    return RunConfig(**base)
+
+
+# ---------------------------------------------------------------------------------------- input (issue 8)
+
+
+def test_worker_restarts_over_the_whole_run_make_input_with_persistent_workers_first() -> None:
+    # 10-step epochs of 10 ms steps, workers restarted 8 times at ~400 ms: half the wall time and more
+    ev = Evidence(
+        summaries=[_cpu_trace(data_wait=0.02, compute=0.95)],
+        timing=_timing(epoch_start=[400.0] * 8),
+        config=_cpu_cfg(num_workers=2),
+        run_length=RunLength(total_steps=80, steps_per_epoch=10, epochs=8),
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.INPUT
+    first = report.recommendations[0]
+    assert first.settings == {"persistent_workers": True}
+    # 7 restarts saved x ~400 ms = ~2.8 s of a ~4 s run
+    assert first.saved_s == pytest.approx(7 * 0.3998, rel=0.02)
+    assert first.expected_speedup is not None and first.expected_speedup > 2.5
+    assert first.method == "estimated" and "restart" in first.basis
+    # no worker-count advice: the steady data wait is below its medium threshold
+    assert not any("num_workers" in r.settings for r in report.recommendations)
+    assert report.metrics["ranking"]["account"]["lost_s"]["epoch_start_stall"] > 3.0
+
+    # the same run with an unknown length (offline-like): per-step shares decide, as before
+    ev.run_length = None
+    assert diagnose(ev).primary == Category.COMPUTE
+
+
+def test_in_memory_data_with_low_wait_gets_no_loader_advice() -> None:
+    ev = Evidence(
+        summaries=[_cpu_trace(data_wait=0.03, compute=0.9)],
+        timing=_timing(wait_ms=0.3),
+        config=_cpu_cfg(),
+        run_length=RunLength(total_steps=1000, steps_per_epoch=100, epochs=10),
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.COMPUTE
+    assert not [r for r in report.recommendations if r.kind == "input"]
+
+
+def test_measured_ladder_that_already_covers_the_model_gives_no_loader_advice() -> None:
+    # 7% data wait (above medium) but the loader alone at num_workers=0 delivers 20x what the model eats
+    ladder = LoaderLadder(
+        rungs=[
+            Rung(0, None, 60000.0, 0.001, 1e-5, 1.0, 50, 0.3),
+            Rung(1, 2, 40000.0, 0.05, 1e-5, 1.0, 50, 0.3),
+        ],
+        batch_size=32, usable_cpus=2,
+    )  # fmt: skip
+    ev = Evidence(
+        summaries=[_cpu_trace(data_wait=0.07, compute=0.88)],
+        timing=_timing(wait_ms=0.7),
+        config=_cpu_cfg(),
+        run_length=RunLength(total_steps=1000, steps_per_epoch=100, epochs=10),
+        loader_ladder=ladder,
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.COMPUTE
+    assert not [r for r in report.recommendations if r.kind == "input"]
+    assert any("Loader probe" in n for n in report.notes)
+
+
+def test_cpu_bound_ladder_that_cannot_cover_consumption_says_make_samples_cheaper_first() -> None:
+    ladder = LoaderLadder(
+        rungs=[
+            Rung(0, None, 500.0, 0.001, 2e-3, 1.0, 20, 0.5),
+            Rung(1, 2, 700.0, 0.08, 2e-3, 1.0, 20, 0.5),
+        ],
+        bound=BOUND_CPU, batch_size=32, usable_cpus=2,
+    )  # fmt: skip
+    # 64 ms steps, 62 ms of them waiting: the model eats 32 samples per 2 ms = 16000/s
+    ev = Evidence(
+        summaries=[_cpu_trace(data_wait=0.95, compute=0.03, step_ms=64.0)],
+        timing=_timing(step_ms=64.0, wait_ms=62.0),
+        config=_cpu_cfg(),
+        run_length=RunLength(total_steps=1000, steps_per_epoch=100, epochs=10),
+        loader_ladder=ladder,
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.INPUT
+    first = report.recommendations[0]
+    assert first.title == "Make each sample cheaper to produce"
+    assert "700 samples/s" in first.detail  # the measured ceiling
+    assert first.evidence["ceiling_samples_per_s"] == pytest.approx(700.0)
+    # its interim setting (num_workers=1) is what was measured; the ceiling bounds the rest
+    assert first.method == MEASURED and "tops out at 700 samples/s" in first.basis
+    assert first.saved_ms_per_step is not None and first.saved_ms_per_step > 10
+
+
+# ------------------------------------------------------------------------------- model trials (issue 9)
+
+
+def test_bf16_measured_slower_is_not_recommended_and_kept_as_evidence() -> None:
+    ev = Evidence(
+        summaries=[_cpu_trace(compute=0.9)],
+        timing=_timing(),
+        config=_cpu_cfg(compiled=True),
+        run_length=RunLength(total_steps=1000),
+        trials=TrialReport(results=[_trial("bf16-mixed", {"precision": "bf16-mixed"}, 0.90)]),
+    )
+    report = diagnose(ev)
+    assert not any(r.settings.get("precision") == "bf16-mixed" for r in report.recommendations)
+    tried = [f for f in report.findings if f.summary.startswith("Tried bf16-mixed")]
+    assert tried and "0.90x, not recommended" in tried[0].summary
+    assert report.metrics["ranking"]["tried"][0]["measured_speedup"] == pytest.approx(0.9)
+    assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX  # the verdict stands, no measured fix for it
+    assert "Tried bf16-mixed on this model: 0.90x, not recommended" in render_text(report)
+
+
+def test_compile_measured_1_96x_ranks_before_bf16_measured_1_1x() -> None:
+    trials = TrialReport(
+        results=[
+            _trial("bf16-mixed", {"precision": "bf16-mixed"}, 1.10),
+            _trial("compile", {"compile": True, "compile_mode": "default"}, 1.96, compile_s=12.0),
+        ]
+    )
+    ev = Evidence(
+        summaries=[_cpu_trace(compute=0.3)],  # 70% of the step is per-op overhead
+        timing=_timing(),
+        config=_cpu_cfg(),
+        run_length=RunLength(total_steps=20000),
+        trials=trials,
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.OVERHEAD
+    first, second = report.recommendations[0], report.recommendations[1]
+    assert first.settings["compile"] is True and first.measured_speedup == pytest.approx(1.96)
+    assert first.method == MEASURED and "12.0 s compile time" in first.basis
+    # 8 ms of fwd+bwd x (1 - 1/1.96) x 20000 steps - 12 s of compile
+    assert first.saved_s == pytest.approx(8.0 * (1 - 1 / 1.96) * 20 - 12.0, rel=0.01)
+    assert second.settings.get("precision") == "bf16-mixed" and second.measured_speedup == pytest.approx(1.1)
+    assert first.saved_ms_per_step > second.saved_ms_per_step
+    assert "measured 1.96x" in render_text(report)
+
+    # a short run cannot pay 12 s of compile back: compile is not advised, bf16 is
+    ev.run_length = RunLength(total_steps=100)
+    short = diagnose(ev)
+    assert not any(r.settings.get("compile") for r in short.recommendations)
+    assert short.recommendations[0].settings.get("precision") == "bf16-mixed"
+    assert any("compile" in f.summary and "not recommended" in f.summary for f in short.findings)
+
+
+def test_ddp_exposed_communication_ranks_gradient_accumulation_with_its_estimated_saving() -> None:
+    # issue 9: compute 60% vs communication 37%, bf16 measured 0.91x
+    ev = Evidence(
+        summaries=[_cpu_trace(compute=0.6, comm=0.37, step_ms=100.0)],
+        timing=_timing(step_ms=100.0),
+        config=_cpu_cfg(world_size=2, strategy="ddp", distributed_backend="gloo"),
+        run_length=RunLength(total_steps=1000),
+        trials=TrialReport(results=[_trial("bf16-mixed", {"precision": "bf16-mixed"}, 0.91, base_ms=60.0)]),
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.COMMUNICATION
+    first = report.recommendations[0]
+    assert first.settings == {"accumulate_grad_batches": 2}
+    assert first.method == "estimated"
+    assert first.saved_ms_per_step == pytest.approx(0.37 * 100.0 / 2, rel=0.02)
+    assert first.expected_speedup == pytest.approx(100.0 / (100.0 - 18.5), rel=0.02)
+    assert "effective batch" in first.basis
+    assert not any(r.settings.get("precision") for r in report.recommendations)
+    # the other communication levers are ranked behind it, each with its own estimate
+    comm = [r for r in report.recommendations if r.kind == "communication" and r.saved_ms_per_step]
+    assert [r.saved_ms_per_step for r in comm] == sorted(
+        (r.saved_ms_per_step or 0 for r in comm), reverse=True
+    )
+
+
+# ---------------------------------------------------------------------------------- confidence (9.4-9.6)
+
+
+def _input_bound() -> Evidence:
+    return Evidence(
+        summaries=[_cpu_trace(data_wait=0.85, compute=0.1)],
+        timing=_timing(wait_ms=8.5),
+        config=_cpu_cfg(),
+        run_length=RunLength(total_steps=1000, steps_per_epoch=100, epochs=10),
+    )
+
+
+def test_a_clear_verdict_is_confident() -> None:
+    assert diagnose(_input_bound()).confidence > T.UNCERTAIN_CONFIDENCE_MAX
+
+
+def test_confidence_capped_when_the_top_two_fixes_are_within_1_3x() -> None:
+    ev = _input_bound()
+    ranking = rank(ev, {"data_wait": 0.85, "compute": 0.1}, 10.0)
+    assert ranking.top_two_ratio() is None  # alone
+    ev.summaries = [_cpu_trace(data_wait=0.3, compute=0.7)]
+    ev.timing = _timing(wait_ms=3.0)
+    ev.trials = TrialReport(results=[_trial("compile", {"compile": True}, 1.6, base_ms=7.0)])
+    report = diagnose(ev)
+    ratio = report.metrics["ranking"]["bucket_savings_ms_per_step"]
+    top, second = sorted(ratio.values(), reverse=True)[:2]
+    assert top / second < T.TOP_TWO_RATIO_MIN
+    assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX
+
+
+def test_confidence_capped_and_explained_on_a_busy_machine() -> None:
+    ev = _input_bound()
+    ev.contention = Contention(
+        busy=True, wall_s=1.0, own_cores=0.9, others_cores=1.0, wanted_cores=2.0, free_cores=1.0,
+        involuntary_per_s=120.0, steal_share=0.0, loadavg_1m=3.0,
+        note="other processes used 1.00 of the 2 CPU(s) this run may use",
+    )  # fmt: skip
+    report = diagnose(ev)
+    assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX
+    assert any(n.startswith("Busy machine") and "other processes" in n for n in report.notes)
+    assert report.metrics["contention"]["busy"] is True
+
+
+def test_confidence_capped_when_the_window_is_not_representative() -> None:
+    ev = _input_bound()
+    ev.window_check = check_window([3100.0] * 5, [118.0] * 20, intra_op_threads=2, free_cores=1.1)
+    report = diagnose(ev)
+    assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX
+    note = next(n for n in report.notes if n.startswith("Window not representative"))
+    assert "intra-op threads" in note  # the likely cause, named
+
+
+# -------------------------------------------------------------------------------------- rendering, JSON
+
+
+def test_speedups_reach_text_markdown_html_and_json() -> None:
+    trials = TrialReport(results=[_trial("compile", {"compile": True, "compile_mode": "default"}, 1.96)])
+    ev = Evidence(
+        summaries=[_cpu_trace(compute=0.3)], timing=_timing(), config=_cpu_cfg(),
+        run_length=RunLength(total_steps=5000), trials=trials,
+    )  # fmt: skip
+    report = diagnose(ev)
+    assert "measured 1.96x" in render_text(report)
+    assert "measured 1.96x" in render_markdown(report)
+    assert "measured 1.96x" in render_html(report)
+    again = Report.from_dict(report.to_dict())
+    rec = again.recommendations[0]
+    assert rec.measured_speedup == pytest.approx(1.96) and rec.method == MEASURED
+    assert rec.saved_ms_per_step == pytest.approx(report.recommendations[0].saved_ms_per_step, abs=1e-3)
+
+
+def test_offline_estimates_keep_share_times_recoverable_order() -> None:
+    # no run length, no trials: the estimated savings are share x RECOVERABLE, as before
+    ev = Evidence(summaries=[_cpu_trace(data_wait=0.2, compute=0.7)])
+    report = diagnose(ev)
+    assert report.primary == Category.COMPUTE
+    savings = report.metrics["estimated_savings"]
+    assert savings["input"] == pytest.approx(0.2, abs=1e-3)
+    assert report.recommendations[0].method == "estimated"
+    assert report.recommendations[0].expected_speedup == pytest.approx(1 / (1 - 0.35), rel=0.01)
