@@ -52,9 +52,11 @@ def diagnose(evidence: Evidence) -> Report:
     1. the step time (always-on timing, else the trace's steps) and this rank's breakdown (from its trace
        summary, else from timing alone);
     2. the rules (:func:`~lightning_bottleneck.rules.classify`, :func:`~lightning_bottleneck.rules.final_verdict`)
-       give findings, the primary bucket and a confidence; sync-site and communication evidence join
-       the findings;
-    3. the advice (:func:`~lightning_bottleneck.advice.advise`) turns them into recommendations;
+       give findings; the ranking (:func:`~lightning_bottleneck.rules.ranking.rank`) weighs every candidate
+       fix by the time it saves over the run and gives the primary bucket and a confidence; sync-site,
+       communication and tried-but-not-faster evidence join the findings;
+    3. the advice (:func:`~lightning_bottleneck.advice.advise`) turns them into recommendations, ordered by
+       time saved, each with its measured or estimated speed-up;
     4. with several ranks, the straggler rule decides whose view the job-level verdict takes.
 
     Example::
@@ -163,11 +165,16 @@ def _findings(
         evidence.config.accelerator if evidence.config else "cpu"
     )
     findings = rule_findings + sync_site_findings(evidence.sync_sites, median_ms, device)
-    findings.sort(key=lambda f: (f.kind != primary.value, f.severity.rank))
+    findings.sort(key=lambda f: (_bucket_of(f) != primary.value, f.severity.rank))
     if summary is not None and summary.communication is not None:
         rank = summary.rank if summary.rank is not None else 0
         findings = with_communication_evidence(findings, summary.communication, rank)
     return findings
+
+
+def _bucket_of(finding: Finding) -> str:
+    """The bucket a finding counts for (an epoch-start stall is input time)."""
+    return Category.INPUT.value if finding.kind == FindingKind.EPOCH_START_STALL else finding.kind.value
 
 
 def _recommendations(

@@ -67,7 +67,13 @@ def _saving(r: Recommendation) -> str:
     """``measured 1.96x ...; saves 3.1 ms/step (620 s over the run)``."""
     text = r.speedup_text
     if r.saved_ms_per_step:
-        run = f", {r.saved_s:.0f} s over the run" if r.saved_s is not None else ""
+        run = ""
+        if r.saved_s is not None:
+            run = (
+                f", {r.saved_s:.0f} s over the run"
+                if r.saved_s >= 10
+                else f", {r.saved_s:.2g} s over the run"
+            )
         text += f"; saves {r.saved_ms_per_step:.2f} ms/step{run}"
     return text
 

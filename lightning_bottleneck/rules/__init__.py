@@ -1,8 +1,11 @@
 """Rules: from evidence to findings and a verdict.
 
 Each bucket's rule is data (:class:`ShareRule`): which breakdown share it reads and the named
-thresholds (see :mod:`lightning_bottleneck.rules.thresholds` for their sources). The primary verdict
-is the bucket whose usual fix would save the most step time: ``share x RECOVERABLE[bucket]``.
+thresholds (see :mod:`lightning_bottleneck.rules.thresholds` for their sources). :func:`classify` gives
+the findings and a share-based verdict (``share x RECOVERABLE[bucket]``); the reported primary bucket and
+confidence come from :mod:`lightning_bottleneck.rules.ranking`, which weighs every candidate fix, measured or
+estimated, by the time it saves over the whole run (the same order as ``share x RECOVERABLE`` when nothing
+was measured and the run's length is unknown).
 """
 
 from __future__ import annotations
