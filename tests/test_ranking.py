@@ -317,3 +317,44 @@ def test_offline_estimates_keep_share_times_recoverable_order() -> None:
     assert savings["input"] == pytest.approx(0.2, abs=1e-3)
     assert report.recommendations[0].method == "estimated"
     assert report.recommendations[0].expected_speedup == pytest.approx(1 / (1 - 0.35), rel=0.01)
+
+
+# ------------------------------------------------------------------------------------------ tables, caps
+
+
+def test_every_setting_the_trials_can_try_has_a_bucket_and_a_snippet() -> None:
+    import torch
+
+    from lightning_bottleneck import trials
+    from lightning_bottleneck.advice.ranked import TRIAL_SNIPPETS
+    from lightning_bottleneck.rules.ranking import COMPUTE_LEVERS
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(1))
+    levers, _ = trials._levers(conv, torch.randn(2, 3, 8, 8), torch.device("cpu"), "32-true")
+    keys = {next(iter(lever.settings)) for lever in levers}
+    assert {"channels_last", "compile"} <= keys
+    assert keys <= set(COMPUTE_LEVERS) == set(TRIAL_SNIPPETS)
+    assert all(v is None or isinstance(v, Category) for v in COMPUTE_LEVERS.values())
+
+
+def test_measured_matmul_precision_win_gets_its_own_recommendation() -> None:
+    result = _trial("float32_matmul_precision=high", {"float32_matmul_precision": "high"}, 1.5)
+    ev = Evidence(
+        summaries=[_cpu_trace(compute=0.9)], timing=_timing(), config=_cpu_cfg(compiled=True, bf16_supported=False),
+        run_length=RunLength(total_steps=1000), trials=TrialReport(results=[result]),
+    )  # fmt: skip
+    report = diagnose(ev)
+    first = report.recommendations[0]
+    assert report.primary == Category.COMPUTE and first.settings == {"float32_matmul_precision": "high"}
+    assert first.snippet == 'torch.set_float32_matmul_precision("high")' and first.method == MEASURED
+
+
+def test_repaired_trace_timing_and_a_wide_step_spread_lower_the_confidence() -> None:
+    quiet = diagnose(_input_bound()).confidence
+    ev = _input_bound()
+    ev.summaries[0].notes.append("3 event(s) have missing, negative, NaN, infinite or implausible timestamps")
+    assert diagnose(ev).confidence <= T.UNCERTAIN_CONFIDENCE_MAX < quiet
+    ev = _input_bound()
+    assert ev.timing is not None
+    ev.timing.step_ms = [10.0] * 20 + [40.0] * 5  # p90 / median = 4
+    assert diagnose(ev).confidence <= T.SPREAD_FACTOR_MIN < quiet

@@ -47,14 +47,24 @@ def _match(c: Candidate, recs: list[Recommendation], backed: dict[int, list[Cand
     return None
 
 
+#: How to apply a measured lever no advisor named, by its setting (``{v}``: the setting's value).
+TRIAL_SNIPPETS = {
+    "precision": 'Trainer(precision="{v}")',
+    "float32_matmul_precision": 'torch.set_float32_matmul_precision("{v}")',
+    "channels_last": "model = model.to(memory_format=torch.channels_last)  # and the inputs",
+    "compile": "model = torch.compile(model)",
+}
+
+
 def _from_trial(c: Candidate) -> Recommendation:
-    args = ", ".join(f"{k}={v!r}" for k, v in c.settings.items())
+    key = c.key or ""
+    snippet = TRIAL_SNIPPETS.get(key, "# " + ", ".join(f"{k}={v!r}" for k, v in c.settings.items()))
     return Recommendation(
         kind=c.category.value,
         title=f"Use {c.name}: measured faster on this model",
         detail=f"A trial on this run's own model and batch: {c.basis}.",
         settings=dict(c.settings),
-        snippet=f"# {args}",
+        snippet=snippet.format(v=c.settings.get(key)),
     )
 
 

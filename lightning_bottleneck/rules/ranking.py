@@ -57,12 +57,11 @@ __all__ = [
 MEASURED = "measured"
 ESTIMATED = "estimated"
 
-#: Trial levers (``TrialResult.name``) and the bucket they count for; ``None``: the larger of compute and
-#: overhead (torch.compile removes dispatch and fuses kernels alike).
+#: Trial levers, by the setting they change (the first key of ``TrialResult.settings``), and the bucket
+#: they count for; ``None``: the larger of compute and overhead (torch.compile removes dispatch and fuses
+#: kernels alike). Every setting :mod:`lightning_bottleneck.trials` can try is here (tests/test_ranking.py).
 COMPUTE_LEVERS: dict[str, Category | None] = {
-    "bf16-mixed": Category.COMPUTE,
-    "16-mixed": Category.COMPUTE,
-    "tf32": Category.COMPUTE,
+    "precision": Category.COMPUTE,
     "float32_matmul_precision": Category.COMPUTE,
     "channels_last": Category.COMPUTE,
     "compile": None,
@@ -540,7 +539,8 @@ def _model_candidates(
 def _trial_candidate(
     r: TrialResult, compute: float, overhead: float, model_ms: float, account: RunAccount
 ) -> Candidate:
-    cat = COMPUTE_LEVERS.get(r.name, Category.COMPUTE)
+    key = next(iter(r.settings), None)
+    cat = COMPUTE_LEVERS.get(key or "", Category.COMPUTE)
     if cat is None:
         cat = Category.OVERHEAD if overhead > compute else Category.COMPUTE
     speedup = float(r.measured_speedup or 0.0)
@@ -560,7 +560,6 @@ def _trial_candidate(
                 basis += " (it costs more than the run would save)"
     if not r.recommended:
         basis = r.note or "not faster than the noise band"
-    key = next(iter(r.settings), None)
     return Candidate(
         cat,
         r.name,
