@@ -358,3 +358,16 @@ def test_repaired_trace_timing_and_a_wide_step_spread_lower_the_confidence() -> 
     assert ev.timing is not None
     ev.timing.step_ms = [10.0] * 20 + [40.0] * 5  # p90 / median = 4
     assert diagnose(ev).confidence <= T.SPREAD_FACTOR_MIN < quiet
+
+
+def test_after_bf16_measured_no_faster_compile_is_the_estimated_compute_lever() -> None:
+    ev = Evidence(
+        summaries=[_cpu_trace(compute=0.9)], timing=_timing(), config=_cpu_cfg(),
+        run_length=RunLength(total_steps=1000),
+        trials=TrialReport(results=[_trial("bf16-mixed", {"precision": "bf16-mixed"}, 0.97)]),
+    )  # fmt: skip
+    report = diagnose(ev)
+    first = report.recommendations[0]
+    assert first.settings.get("compile") is True and first.method == "estimated"
+    assert first.saved_ms_per_step == pytest.approx(0.9 * T.COMPUTE_RECOVERABLE_NO_AMP * 10.0, rel=0.01)
+    assert not any(r.settings.get("precision") for r in report.recommendations)

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ranked_recommendations"]
 
+#: Settings whose one recommendation may back a candidate of another bucket (advice keeps one
+#: recommendation per setting, so the compute bucket's compile advice also stands for overhead's).
+SHARED_KEYS = ("compile", "precision")
+
 
 def _measured_no_faster(rec: Recommendation, tried: list[Candidate]) -> Candidate | None:
     for c in tried:
@@ -25,7 +29,7 @@ def _measured_no_faster(rec: Recommendation, tried: list[Candidate]) -> Candidat
             c.key is not None
             and c.key in c.settings
             and rec.settings.get(c.key) == c.settings[c.key]
-            and (rec.kind == c.category.value or c.key in ("precision", "compile"))
+            and (rec.kind == c.category.value or c.key in SHARED_KEYS)
         ):
             return c
     return None
@@ -40,6 +44,10 @@ def _match(c: Candidate, recs: list[Recommendation], backed: dict[int, list[Cand
         for i in same:
             if c.key in recs[i].settings:
                 return i
+        if c.key in SHARED_KEYS:  # one compile/precision recommendation serves compute and overhead alike
+            for i, r in enumerate(recs):
+                if c.key in r.settings and i not in backed:
+                    return i
     if c.method == "estimated" or c.key is None or c.key == "cheaper_samples":
         for i in same:
             if i not in backed:

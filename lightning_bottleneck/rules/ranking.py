@@ -502,21 +502,24 @@ def _model_candidates(
                 continue
             measured_keys |= set(r.settings)
             out.append(_trial_candidate(r, compute, overhead, model_ms, account))
-    amp_open = evidence is not None and mixed_precision_open(evidence)
+    amp_open = mixed_precision_open(evidence)
     if compute >= T.COMPUTE_SHARE_MEDIUM:
-        key = "precision" if amp_open else "compile"
-        if key not in measured_keys:
-            frac = T.RECOVERABLE["compute"] if amp_open else T.COMPUTE_RECOVERABLE_NO_AMP
+        # mixed precision while it is open and untried; once it measured no faster (or is on), compile
+        key = "precision" if amp_open and "precision" not in measured_keys else "compile"
+        compiled = evidence.config is not None and bool(evidence.config.compiled)
+        if key not in measured_keys and not (key == "compile" and compiled):
+            frac = T.RECOVERABLE["compute"] if key == "precision" else T.COMPUTE_RECOVERABLE_NO_AMP
+            lever = "mixed precision" if key == "precision" else "torch.compile"
             out.append(
                 _estimate(
                     Category.COMPUTE,
-                    "mixed precision" if amp_open else "torch.compile",
-                    None,
+                    lever,
+                    key,
                     {},
                     compute * frac * account.step_ms,
                     account,
-                    f"{compute:.0%} of the step is compute; {'mixed precision' if amp_open else 'compile'} "
-                    f"recovers about {frac:.0%} of it (not measured on this model)",
+                    f"{compute:.0%} of the step is compute; {lever} recovers about {frac:.0%} of it "
+                    "(not measured on this model)",
                 )
             )
     if overhead >= T.OVERHEAD_SHARE_MEDIUM and "compile" not in measured_keys:
@@ -525,7 +528,7 @@ def _model_candidates(
             _estimate(
                 Category.OVERHEAD,
                 "torch.compile",
-                None,
+                "compile",
                 {},
                 overhead * frac * account.step_ms,
                 account,
