@@ -371,3 +371,18 @@ def test_after_bf16_measured_no_faster_compile_is_the_estimated_compute_lever() 
     assert first.settings.get("compile") is True and first.method == "estimated"
     assert first.saved_ms_per_step == pytest.approx(0.9 * T.COMPUTE_RECOVERABLE_NO_AMP * 10.0, rel=0.01)
     assert not any(r.settings.get("precision") for r in report.recommendations)
+
+
+def test_a_rank_slowed_by_a_busy_core_is_not_a_straggler_when_the_collectives_cost_more() -> None:
+    from lightning_bottleneck.rules.stragglers import RankWork, find_stragglers
+
+    def bd(comm: float, overhead: float) -> dict[str, float]:
+        return {"data_wait": 0.0, "sync": 0.0, "communication": comm, "compute": 0.0, "overhead": overhead}
+
+    # both ranks wait ~75-90% of a 120 ms step on an all-reduce; rank 1 lost a core for 18 ms
+    assert find_stragglers([RankWork(0, 120.0, bd(0.9, 0.1)), RankWork(1, 120.0, bd(0.75, 0.25))]) == []
+    # rank 0 waits for rank 1's extra 85 ms: rank 1 is the straggler
+    assert [
+        s.rank
+        for s in find_stragglers([RankWork(0, 100.0, bd(0.9, 0.1)), RankWork(1, 100.0, bd(0.05, 0.95))])
+    ] == [1]

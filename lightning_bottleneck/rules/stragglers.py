@@ -34,6 +34,13 @@ STRAGGLER_RELATIVE_PERF_THRESHOLD = 0.7
 # torch_tb_profiler/profiler/data.py ``communication_ratio > 0.1``); below it the difference is noise
 # that no one would fix.
 STRAGGLER_EXCESS_SHARE_MIN = 0.10
+# ... and when the extra own work explains at least this share of the fastest rank's wait on collectives.
+# Otherwise the collectives themselves cost more than the straggler does: removing the straggler's excess
+# saves less than the communication levers would (ranking by time saved, rules/ranking.py: accumulation
+# alone recovers half of the exposed wait). On a shared 2-core machine a descheduled rank shows 15-20% of
+# extra "overhead" while both ranks wait ~90% of the step on a gloo all-reduce (tests/test_distributed.py
+# run with a busy core): that is not a straggler.
+STRAGGLER_EXPLAINS_WAIT_MIN = 0.5
 # The straggler finding is high severity when the others' wait for it would make communication a high
 # finding on its own (rules/thresholds.py COMM_SHARE_HIGH, 3x the trigger above).
 STRAGGLER_EXCESS_SHARE_HIGH = T.COMM_SHARE_HIGH
@@ -104,7 +111,9 @@ def find_stragglers(ranks: list[RankWork]) -> list[Straggler]:
             continue
         relative = fastest.own_ms / r.own_ms
         excess = (r.own_ms - fastest.own_ms) / job_step if job_step > 0 else 0.0
-        if relative < STRAGGLER_RELATIVE_PERF_THRESHOLD and excess >= STRAGGLER_EXCESS_SHARE_MIN:
+        fastest_wait_ms = fastest.step_ms * fastest.wait_share
+        explains = (r.own_ms - fastest.own_ms) >= STRAGGLER_EXPLAINS_WAIT_MIN * fastest_wait_ms
+        if relative < STRAGGLER_RELATIVE_PERF_THRESHOLD and excess >= STRAGGLER_EXCESS_SHARE_MIN and explains:
             cause, share = own_cause(r.breakdown)
             out.append(
                 Straggler(
