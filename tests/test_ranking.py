@@ -386,3 +386,14 @@ def test_a_rank_slowed_by_a_busy_core_is_not_a_straggler_when_the_collectives_co
         s.rank
         for s in find_stragglers([RankWork(0, 100.0, bd(0.9, 0.1)), RankWork(1, 100.0, bd(0.05, 0.95))])
     ] == [1]
+
+
+def test_input_advice_needs_a_steady_wait_or_an_input_straggler() -> None:
+    from lightning_bottleneck.advice import input_advice
+    from lightning_bottleneck.categories import Severity
+    from lightning_bottleneck.report import Finding
+
+    cfg = RunConfig(num_workers=0, usable_cpus=4)
+    assert input_advice(cfg, []) == []  # below the medium threshold: leave the loader alone
+    straggler = Finding("straggler", Severity.HIGH, "rank 1 loads slowly", {"cause": "input", "rank": 1})
+    assert input_advice(cfg, [straggler])[0].settings["num_workers"] == 3

@@ -66,7 +66,10 @@ def input_advice(cfg: RunConfig, findings: list[Finding]) -> list[Recommendation
     workers = cfg.num_workers
     target = suggested_workers(cfg)
     stall = any(f.kind == "epoch_start_stall" for f in findings)
-    if not any(f.kind == "input" for f in findings):
+    steady = any(
+        f.kind == "input" or (f.kind == "straggler" and f.evidence.get("cause") == "input") for f in findings
+    )
+    if not steady:
         # the steady-state data wait is below its medium threshold: loader changes would not pay (issue
         # 8 measured num_workers=1 at 0.79x on in-memory data); only worker restarts can still be fixed
         if stall and workers and not cfg.persistent_workers:
