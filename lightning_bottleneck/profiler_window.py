@@ -11,7 +11,9 @@ Lightning's ``ScheduleWrapper`` / ``RegisterRecordFunction`` beside ``PyTorchPro
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 from lightning_bottleneck.trace.tb_compat import write_trace
 from lightning_bottleneck.vocabulary import PHASE_OPTIMIZER_STEP, label
 
-__all__ = ["ProfilerWindow", "WindowOptions", "worker_name"]
+__all__ = ["ProfilerWindow", "WindowOptions", "profiler_in_use", "worker_name"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class ProfilerWindow:
         self.done = False
         self.trace_files: list[str] = []
         self.labels: list[Any] = []  # open record_function labels, innermost last
+        self.notes: list[str] = []  # what went wrong while exporting (for the report)
         self._trace_dir: Path | None = None
         self._worker = "rank0"
 
@@ -176,12 +179,47 @@ class ProfilerWindow:
 
     # ------------------------------------------------------------------ export
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
+        """Export one finished cycle. A failure to write (a full disk) becomes a note, and no partial
+        file stays behind; the report is still made from what else was measured."""
         assert self._trace_dir is not None
-        self._trace_dir.mkdir(parents=True, exist_ok=True)
         path = self._trace_dir / f"{self._worker}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
-        raw = path.with_name(path.name[: -len(".gz")] + ".partial")
-        prof.export_chrome_trace(str(raw))
-        self.trace_files.append(str(write_trace(raw, path)))
+        raw: Path | None = None
+        try:
+            self._trace_dir.mkdir(parents=True, exist_ok=True)
+            # A new file created exclusively: nothing planted at a predictable name is followed.
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=self._trace_dir)
+            os.close(fd)
+            raw = Path(name)
+            prof.export_chrome_trace(str(raw))
+            if raw.stat().st_size == 0:  # Kineto logs "Failed to write to log file!" and returns
+                raise OSError("the profiler wrote no trace; is the disk full?")
+            self.trace_files.append(str(write_trace(raw, path)))
+        except Exception as err:
+            if raw is not None:
+                with contextlib.suppress(OSError):
+                    raw.unlink(missing_ok=True)
+            self.notes.append(
+                f"the profiler trace could not be written to {self._trace_dir} ({_reason(err)})."
+            )
+        finally:
+            if raw is not None:  # Kineto writes through <path>.tmp and may leave it behind on failure
+                with contextlib.suppress(OSError):
+                    raw.with_name(raw.name + ".tmp").unlink(missing_ok=True)
+
+
+def profiler_in_use() -> bool:
+    """True while a ``torch.profiler`` / ``torch.autograd.profiler`` session records (the user's own
+    ``with torch.profiler.profile(): trainer.fit(...)``, say): only one can run in a process."""
+    if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
+        return True
+    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
+    return bool(enabled()) if enabled is not None else False
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 def worker_name(rank: int) -> str:

@@ -1,0 +1,369 @@
+"""Fault cases for the callback: each runs a real tiny fit with the fault and compares with the same run
+without the callback (what the user's run and state look like) and checks that the tool's output (the
+report, the terminal summary, the TensorBoard text) is not lost and that nothing half-written stays behind.
+
+The cases come from issue 11's "Callback, 43 fault cases" (those that harmed the run or lost the output)
+and issue 12's empty Ctrl-C note.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_bottleneck import BottleneckCallback
+from lightning_bottleneck.categories import Category
+from lightning_bottleneck.report import Report, StepTime
+
+from conftest import quiet_trainer
+
+CB = {"wait": 1, "warmup": 1, "active": 2, "verbose": False}
+REPORT = "bottleneck_report.json"
+
+
+def tiny() -> tuple[Any, DataLoader]:
+    import scenarios
+
+    torch.manual_seed(0)
+    return scenarios.Regressor(), DataLoader(scenarios.in_memory(256, 32), batch_size=8)
+
+
+@pytest.fixture(autouse=True)
+def _info_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+
+
+def fit(root: Path, callbacks: list, max_steps: int = 6, model: Any = None, **trainer_kwargs: Any) -> Any:
+    default_model, loader = tiny()
+    trainer = quiet_trainer(root, callbacks, max_steps=max_steps, limit_val_batches=0, **trainer_kwargs)
+    trainer.fit(model if model is not None else default_model, loader)
+    return trainer
+
+
+def said(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> str:
+    """What the user saw: stdout, stderr and Lightning's info log."""
+    text = "".join(capfd.readouterr()) + caplog.text
+    caplog.clear()
+    return text
+
+
+def leftovers(root: Path) -> list[str]:
+    """Half-written files: report temporaries and partial traces."""
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.name.endswith((".tmp", ".partial")) or ".tmp" in p.name
+    )
+
+
+# ---------------------------------------------------------------------------------- 1. a user's profiler
+def test_a_users_own_profiler_session_is_left_intact(tmp_path: Path) -> None:
+    def profiled(root: Path, callbacks: list) -> int:
+        trainer = quiet_trainer(root, callbacks, max_steps=6, limit_val_batches=0)
+        model, loader = tiny()
+        with torch.profiler.profile() as prof:
+            trainer.fit(model, loader)
+        assert trainer.global_step == 6
+        return len(prof.events())
+
+    without = profiled(tmp_path / "without", [])
+    cb = BottleneckCallback(**CB)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with_cb = profiled(tmp_path / "with", [cb])
+    assert without > 100
+    assert 0.8 * without <= with_cb <= 1.25 * without, (without, with_cb)
+    ours = [w for w in caught if "BottleneckCallback" in str(w.message)]
+    assert len(ours) == 1 and "profiler" in str(ours[0].message), [str(w.message) for w in ours]
+    assert cb.report is None and not (tmp_path / "with" / REPORT).exists()
+    assert not torch._C._autograd._profiler_enabled()
+
+
+# ---------------------------------------------------------------------------------- 2. two callbacks
+def test_two_callbacks_one_analysis(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    without = fit(tmp_path / "without", [])
+    first, second = BottleneckCallback(**CB), BottleneckCallback(**CB)
+    trainer = fit(tmp_path / "with", [first, second])
+    assert trainer.global_step == without.global_step == 6
+    assert first.report is not None and second.report is None
+    assert (tmp_path / "with" / REPORT).is_file()
+    assert said(capfd, caplog).count("stands down") == 1
+    assert any("stood down" in n for n in first.report.notes)
+
+
+def test_env_var_with_a_callback_in_the_code_trains_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIGHTNING_BOTTLENECK", "wait=1,warmup=1,active=2,verbose=false")
+    in_code = BottleneckCallback(**CB)
+    trainer = fit(tmp_path, [in_code])
+    ours = [c for c in trainer.callbacks if isinstance(c, BottleneckCallback)]
+    assert len(ours) == 2 and ours[0] is in_code  # the entry point did add its own
+    assert trainer.global_step == 6
+    assert in_code.report is not None and ours[1].report is None
+
+
+# ---------------------------------------------------------------------------------- 3. the user's patch
+def test_a_users_patch_made_during_fit_survives_the_end_of_fit(tmp_path: Path) -> None:
+    import scenarios
+
+    original = torch.Tensor.item
+
+    class Patching(scenarios.Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if batch_idx == 2:
+                current = torch.Tensor.item
+
+                def user_item(t: torch.Tensor) -> Any:
+                    return current(t)
+
+                torch.Tensor.item = user_item  # type: ignore[method-assign]
+                Patching.patched = user_item
+            return super().training_step(batch, batch_idx)
+
+    try:
+        for name, callbacks in (("without", []), ("with", [BottleneckCallback(**CB)])):
+            torch.Tensor.item = original  # type: ignore[method-assign]
+            torch.manual_seed(0)
+            fit(tmp_path / name, callbacks, model=Patching())
+            assert torch.Tensor.item is Patching.patched, name
+            assert torch.tensor(3.0).item() == 3.0
+    finally:
+        torch.Tensor.item = original  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------------------- 4. a bad baseline
+GOOD = {
+    "schema_version": 1,
+    "primary": "input",
+    "confidence": 0.9,
+    "steps_observed": 10,
+    "steps_profiled": 4,
+    "step_time_ms": {"median": 5.0, "p90": 6.0, "samples": [5.0, 5.0, 6.0]},
+    "breakdown": {"data_wait": 0.6},
+}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[1, 2]",
+        '"a string"',
+        json.dumps({**GOOD, "step_time_ms": {"median": "1", "p90": 2.0}}),
+        json.dumps(GOOD).replace("5.0, 5.0", "NaN, 5.0"),
+        json.dumps({**GOOD, "step_time_ms": {"median": 0.0, "p90": 0.0, "samples": [0.0]}}),
+        json.dumps({**GOOD, "breakdown": {"data_wait": "x"}}),
+        "{not json",
+        None,  # missing file
+    ],
+    ids=["list", "string", "str-median", "nan", "zero-median", "str-share", "not-json", "missing"],
+)
+def test_a_bad_baseline_is_a_note_never_a_lost_report(
+    tmp_path: Path, content: str | None, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    baseline = tmp_path / "baseline.json"
+    if content is not None:
+        baseline.write_text(content)
+    cb = BottleneckCallback(**{**CB, "verbose": True, "baseline": str(baseline)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = fit(tmp_path / "run", [cb])
+    assert trainer.global_step == 6
+    assert not [w for w in caught if "disabled itself" in str(w.message)]
+    data = json.loads((tmp_path / "run" / REPORT).read_text())
+    assert any("baseline" in n for n in data["notes"]), data["notes"]
+    assert "lightning-bottleneck:" in said(capfd, caplog)
+    assert list((tmp_path / "run" / "bottleneck").glob("events.out.tfevents.*"))  # the TensorBoard text
+
+
+# ---------------------------------------------------------------------------------- 5. cannot write
+def test_unwritable_report_path_still_prints_the_summary(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    cb = BottleneckCallback(**{**CB, "verbose": True, "report_path": str(blocker / REPORT)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = fit(tmp_path, [cb])
+    assert trainer.global_step == 6 and cb.report is not None
+    out = said(capfd, caplog)
+    assert "lightning-bottleneck:" in out
+    messages = [str(w.message) for w in caught]
+    assert any("could not write" in m and "report" in m for m in messages), messages
+    assert not [m for m in messages if "disabled itself" in m]
+    assert leftovers(tmp_path) == []
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs filled to all but a few KiB (root only; skipped elsewhere)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode()[:100]}")
+    try:
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        os.truncate(mount / "filler", max(0, (mount / "filler").stat().st_size - 12 * 1024))
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_full_disk_prints_the_summary_and_leaves_no_partial_files(
+    tmp_path: Path, full_disk: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    without = fit(tmp_path / "without", [])
+    cb = BottleneckCallback(
+        **{
+            **CB,
+            "verbose": True,
+            "report_path": str(full_disk / REPORT),
+            "output_dir": str(full_disk / "traces"),
+        }
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = fit(tmp_path / "with", [cb])
+    assert trainer.global_step == without.global_step == 6
+    assert cb.report is not None
+    assert "lightning-bottleneck:" in said(capfd, caplog)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "disabled itself" in m], messages
+    assert leftovers(full_disk) == []
+    report = full_disk / REPORT
+    if report.exists():  # what is there is whole
+        json.loads(report.read_text())
+
+
+# ---------------------------------------------------------------------------------- 6. planted symlink
+def test_the_report_does_not_follow_a_planted_symlink(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / (REPORT + ".tmp")).symlink_to(victim)
+    cb = BottleneckCallback(**CB)
+    fit(tmp_path, [cb])
+    assert victim.read_text() == "precious"
+    assert json.loads((tmp_path / REPORT).read_text())["steps_observed"] == 6
+    assert (tmp_path / (REPORT + ".tmp")).is_symlink()  # not ours: left as it was
+    assert not [
+        p for p in tmp_path.iterdir() if p.name.startswith(REPORT) and p.name not in {REPORT, REPORT + ".tmp"}
+    ]
+
+
+# ---------------------------------------------------------------------------------- 7. keep the evidence
+def test_a_second_fit_of_zero_steps_keeps_the_good_report(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    model, loader = tiny()
+    plain = quiet_trainer(tmp_path / "without", [], max_steps=6, limit_val_batches=0)
+    plain.fit(model, loader)
+    plain.fit(model, loader)
+    cb = BottleneckCallback(**{**CB, "verbose": True})
+    trainer = quiet_trainer(tmp_path / "with", [cb], max_steps=6, limit_val_batches=0)
+    model, loader = tiny()
+    trainer.fit(model, loader)
+    first = json.loads((tmp_path / "with" / REPORT).read_text())
+    assert first["steps_observed"] == 6
+    said(capfd, caplog)
+    trainer.fit(model, loader)  # max_steps already reached: trains 0 steps
+    assert trainer.global_step == plain.global_step == 6
+    assert json.loads((tmp_path / "with" / REPORT).read_text()) == first
+    beside = tmp_path / "with" / "bottleneck_report.1.json"
+    assert json.loads(beside.read_text())["steps_observed"] == 0
+    assert str(beside) in said(capfd, caplog)
+
+
+def test_logger_false_never_overwrites_an_earlier_runs_report_silently(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    fit(tmp_path, [BottleneckCallback(**CB)])
+    first = (tmp_path / REPORT).read_text()
+    said(capfd, caplog)
+    second = BottleneckCallback(**{**CB, "verbose": True})
+    fit(tmp_path, [second], max_steps=8)
+    assert (tmp_path / REPORT).read_text() == first
+    beside = tmp_path / "bottleneck_report.1.json"
+    assert json.loads(beside.read_text())["steps_observed"] == 8
+    assert str(beside) in said(capfd, caplog)
+
+
+def test_the_same_callback_refits_with_evidence_replace_its_own_report(tmp_path: Path) -> None:
+    cb = BottleneckCallback(**CB)
+    model, loader = tiny()
+    trainer = quiet_trainer(tmp_path, [cb], max_steps=6, limit_val_batches=0)
+    trainer.fit(model, loader)
+    trainer.fit_loop.epoch_loop.max_steps = 12
+    trainer.fit(model, loader)
+    assert json.loads((tmp_path / REPORT).read_text())["steps_observed"] == 6  # the second fit's own steps
+    assert not (tmp_path / "bottleneck_report.1.json").exists()
+
+
+# ---------------------------------------------------------------------------------- 8. strict JSON
+def test_report_json_is_strict_json_whatever_the_numbers() -> None:
+    import numpy as np
+
+    report = Report(
+        primary=Category.UNKNOWN,
+        confidence=float("nan"),
+        steps_observed=3,
+        steps_profiled=0,
+        step_time_ms=StepTime(float("inf"), float("-inf"), [1.0, float("nan")]),
+        breakdown={"data_wait": float("nan")},
+        metrics={"a": [float("inf"), np.float32("nan"), np.float64(2.5), np.int64(3)], "b": {"c": -math.inf}},
+    )
+
+    def reject(name: str) -> Any:
+        raise ValueError(name)
+
+    data = json.loads(report.to_json(), parse_constant=reject)
+    assert data["confidence"] is None and data["step_time_ms"]["median"] is None
+    assert data["step_time_ms"]["samples"] == [1.0, None]
+    assert data["breakdown"]["data_wait"] is None
+    assert data["metrics"] == {"a": [None, None, 2.5, 3], "b": {"c": None}}
+
+
+# ---------------------------------------------------------------------------------- 12. Ctrl-C note
+def test_keyboard_interrupt_note_has_no_empty_message(tmp_path: Path) -> None:
+    import scenarios
+
+    class Interrupted(scenarios.Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if batch_idx == 3:
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    cb = BottleneckCallback(**CB)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit):
+            fit(tmp_path, [cb], model=Interrupted())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    notes = json.loads((tmp_path / REPORT).read_text())["notes"]
+    assert "fit interrupted (KeyboardInterrupt)" in notes, notes
+    assert not [n for n in notes if n.rstrip().endswith(":")]
