@@ -23,11 +23,11 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.autoload import stands_down
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.profiler_window import ProfilerWindow, WindowOptions, worker_name
-from lightning_bottleneck.autoload import stands_down
 from lightning_bottleneck.publishing import exit_note, publish
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.timing import StepTimer

@@ -6,6 +6,7 @@ mid-run verdict and the end-of-fit verdict go through the same path).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +129,8 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 
 
 def _remember(path: Path, owner: object) -> None:
-    try:
+    with contextlib.suppress(OSError):
         _WRITTEN[str(path)] = (id(owner), _stamp(path))
-    except OSError:
-        pass
 
 
 def _reason(err: BaseException) -> str:

@@ -209,9 +209,10 @@ def test_unwritable_report_path_still_prints_the_summary(
     assert leftovers(tmp_path) == []
 
 
-@pytest.fixture
-def full_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs filled to all but a few KiB (root only; skipped elsewhere)."""
+@pytest.fixture(params=[12, 0], ids=["12KiB-free", "full"])
+def full_disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A 64 KiB tmpfs filled to all but ``param`` KiB (root only; skipped elsewhere): with 12 KiB the
+    traces fail half-way and the report fits, with none the report cannot be written either."""
     mount = tmp_path / "small"
     mount.mkdir()
     done = subprocess.run(
@@ -228,7 +229,7 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
             pass
         finally:
             os.close(fd)
-        os.truncate(mount / "filler", max(0, (mount / "filler").stat().st_size - 12 * 1024))
+        os.truncate(mount / "filler", max(0, (mount / "filler").stat().st_size - request.param * 1024))
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
@@ -258,6 +259,8 @@ def test_full_disk_prints_the_summary_and_leaves_no_partial_files(
     report = full_disk / REPORT
     if report.exists():  # what is there is whole
         json.loads(report.read_text())
+    else:  # and when nothing could be written, the user is told
+        assert any("could not write its report" in m for m in messages), messages
 
 
 # ---------------------------------------------------------------------------------- 6. planted symlink
