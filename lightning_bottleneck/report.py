@@ -101,6 +101,10 @@ class Recommendation:
     detail: str
     settings: dict[str, Any] = field(default_factory=dict)
     snippet: str = ""  # copy-pasteable code
+    expected_speedup: float | None = None  # predicted whole-run speed-up when followed (None: not estimated)
+    evidence: dict[str, Any] = field(
+        default_factory=dict
+    )  # what the estimate rests on (e.g. a loader ladder)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,11 +113,22 @@ class Recommendation:
             "detail": self.detail,
             "settings": self.settings,
             "snippet": self.snippet,
+            "expected_speedup": None if self.expected_speedup is None else round(self.expected_speedup, 3),
+            "evidence": self.evidence,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Recommendation:
-        return cls(d["kind"], d["title"], d["detail"], dict(d.get("settings") or {}), d.get("snippet", ""))
+        speedup = d.get("expected_speedup")
+        return cls(
+            d["kind"],
+            d["title"],
+            d["detail"],
+            dict(d.get("settings") or {}),
+            d.get("snippet", ""),
+            None if speedup is None else float(speedup),
+            dict(d.get("evidence") or {}),
+        )
 
 
 @dataclass

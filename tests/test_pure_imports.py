@@ -22,6 +22,8 @@ LIVE_SIDE = {
     "lightning_bottleneck.distributed",  # torch.distributed
     "lightning_bottleneck.run_inspection",  # reads the Trainer and its DataLoader
     "lightning_bottleneck.sync_hooks",  # patches torch.Tensor methods
+    "lightning_bottleneck.loader_probe",  # builds and times DataLoaders
+    "lightning_bottleneck.trials",  # runs forward+backward on the live model
 }
 
 #: Layers the brief requires to be pure, checked by name so a move cannot drop them silently.

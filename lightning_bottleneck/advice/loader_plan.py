@@ -1,0 +1,429 @@
+"""Input advice that follows the loader probe's measurement. Pure (no torch, no lightning).
+
+Given the :class:`~lightning_bottleneck.loader_ladder.LoaderLadder` the probe measured, the rate at which
+the model consumes samples (its step without data wait), the run's loader settings and the epoch-start
+stall, :func:`plan_loader` picks the *smallest* worker count whose measured rate covers consumption with a
+margin, adds ``persistent_workers`` when worker start-up is costly against the epoch, and, when no measured
+setting covers consumption (CPU-bound loading on too few cores), says so with the measured ceiling and makes
+"make samples cheaper" the first advice. It never advises a setting the probe measured no faster than the
+current one, and gives no loader advice when the data wait is below its medium threshold and start-up
+costs little. Every recommendation carries the ladder, the predicted step time and ``expected_speedup``.
+
+Example::
+
+    plan = plan_loader(ladder, cfg, consumption_samples_per_s=2400.0, data_wait_share=0.6,
+                       step_s=0.010, steps_per_epoch=100, epoch_start_stall_s=0.4)
+    print(plan)                       # chosen setting, predicted step time, notes
+    report.recommendations[:0] = plan.recommendations
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_bottleneck.evidence import RunConfig, TimingStats
+from lightning_bottleneck.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.report import Recommendation, percentile
+from lightning_bottleneck.rules.thresholds import INPUT_SHARE_MEDIUM
+
+# A loader "covers" the model when its measured rate is at least this multiple of the consumption rate.
+# The probe timed the loader alone; during training the workers share CPUs with the training process (and,
+# on a shared machine, with others), and repeated loader timings on this project's 2-core machine varied by
+# 10-20% run to run (benchmarks/advice_payoff.py). 1.25x leaves room for both, so that a covering loader
+# still hides behind the step.
+COVER_MARGIN = 1.25
+# A setting must measure at least this much faster than the current one to be advised: the probe's own
+# rung-to-rung spread on a shared machine (the same 10% as the probe's LADDER_GAIN_MIN).
+MEASURED_GAIN_MIN = 1.10
+# persistent_workers keeps every worker (a process holding a copy of the dataset object) alive between
+# epochs; it is worth that memory once re-starting workers costs more than the 3% noise band that
+# `lightning-bottleneck compare` uses for "no change" -- 2% of an epoch stays under it.
+PERSISTENT_STARTUP_SHARE_MIN = 0.03
+# The model's consumption rate is read at this percentile of (step - data wait) over the timed steps, not
+# the median: profiled steps and steps slowed by other processes on a shared machine make the busy time
+# look longer than the model needs (issue 9 measured 26x slower window steps under contention), and
+# under-estimating consumption under-provisions workers, which costs more than one idle worker does.
+CONSUMPTION_QUANTILE = 25.0
+
+
+@dataclass
+class LoaderPlan:
+    """What :func:`plan_loader` decided and why (recommendations first; empty means: leave the loader)."""
+
+    recommendations: list[Recommendation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    covered: bool | None = None  # some measured setting covers consumption (None: not judged)
+    ceiling_samples_per_s: float | None = None
+    predicted_step_s: float | None = None
+    expected_speedup: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recommendations": [r.to_dict() for r in self.recommendations],
+            "notes": list(self.notes),
+            "covered": self.covered,
+            "ceiling_samples_per_s": self.ceiling_samples_per_s,
+            "predicted_step_s": self.predicted_step_s,
+            "expected_speedup": self.expected_speedup,
+        }
+
+    def __str__(self) -> str:
+        if not self.recommendations:
+            head = "LoaderPlan: leave the DataLoader as it is"
+        else:
+            r = self.recommendations[0]
+            speed = f", expected {r.expected_speedup:.2f}x" if r.expected_speedup else ""
+            head = f"LoaderPlan: {r.title} {r.settings}{speed}"
+        return "\n".join([head] + [f"  note: {n}" for n in self.notes])
+
+
+def plan_loader(
+    ladder: LoaderLadder,
+    current: RunConfig,
+    *,
+    consumption_samples_per_s: float | None,
+    data_wait_share: float,
+    step_s: float,
+    steps_per_epoch: int | None = None,
+    epoch_start_stall_s: float | None = None,
+    typical_consumption_samples_per_s: float | None = None,
+) -> LoaderPlan:
+    """Loader recommendations from a measured ladder.
+
+    Args:
+        ladder: what :func:`lightning_bottleneck.loader_probe.probe_loader` measured.
+        current: the run's settings (``num_workers``, ``persistent_workers``, ``pin_memory``,
+            ``prefetch_factor``, ``batch_size``, ``usable_cpus``, ``accelerator``).
+        consumption_samples_per_s: samples/s of the training step *without* data wait
+            (``batch_size / (step - data_wait)``, see :func:`consumption_rate`); decides which rungs cover the
+            model. None when unknown (no worker count is then chosen).
+        data_wait_share: steady-state share of step time spent waiting for the DataLoader.
+        step_s: median steady-state step time, data wait included (seconds).
+        steps_per_epoch: training batches per epoch (``trainer.num_training_batches``), None if unknown.
+        epoch_start_stall_s: median extra wait of an epoch's first batch (worker start-up), from the
+            always-on timing; None to use the ladder's start-up of the current worker count.
+        typical_consumption_samples_per_s: the consumption rate used to *predict* the step time (e.g. from
+            the median step); defaults to ``consumption_samples_per_s``, which decides coverage and may be
+            read optimistically (see :data:`CONSUMPTION_QUANTILE`).
+    """
+    plan = LoaderPlan()
+    if ladder.skipped or not ladder.rungs:
+        plan.notes += ladder.notes or ["The loader was not measured: no loader advice."]
+        return plan
+    bs = ladder.batch_size or current.batch_size or 1
+    w_now = current.num_workers or 0
+    persistent_now = bool(current.persistent_workers) and w_now > 0
+    rung_now = _rung_for(ladder, w_now, current.prefetch_factor)
+
+    stall_now = 0.0
+    if w_now > 0 and not persistent_now:
+        if epoch_start_stall_s is not None:
+            stall_now = max(0.0, epoch_start_stall_s)
+        elif rung_now is not None:
+            stall_now = rung_now.startup_s
+    epoch_now = _epoch_s(steps_per_epoch, step_s, stall_now)
+    stall_share = stall_now / epoch_now if epoch_now > 0 else 0.0
+    steady_input = data_wait_share >= INPUT_SHARE_MEDIUM
+    stall_costly = stall_share >= PERSISTENT_STARTUP_SHARE_MIN and steps_per_epoch is not None
+    if not steady_input and not stall_costly:
+        plan.notes.append(
+            f"No loader advice: the data wait is {data_wait_share:.0%} of the step (below "
+            f"{INPUT_SHARE_MEDIUM:.0%}) and worker start-up costs {stall_share:.0%} of an epoch."
+        )
+        return plan
+
+    consumption = (
+        consumption_samples_per_s if consumption_samples_per_s and consumption_samples_per_s > 0 else None
+    )
+    plan.ceiling_samples_per_s = round(ladder.ceiling_samples_per_s, 3)
+    chosen: Rung | None = None
+    covers_now = rung_now is not None and consumption is not None and _covers(rung_now, consumption)
+    if steady_input and consumption is not None and not covers_now:
+        usable = _usable_rungs(ladder, current, w_now, plan.notes)
+        covering = sorted(
+            (r for r in usable if _covers(r, consumption)),
+            key=lambda r: (r.num_workers, r.prefetch_factor or 0),
+        )
+        plan.covered = bool(covering)
+        if covering:
+            chosen = covering[0]
+        else:
+            chosen = min(usable, key=lambda r: _per_sample_s(r, consumption, current, ladder))
+        plain = ladder.rung(chosen.num_workers, current.prefetch_factor or 2) if chosen.num_workers else None
+        if plain is not None and chosen.samples_per_s < plain.samples_per_s * MEASURED_GAIN_MIN:
+            chosen = plain  # a larger prefetch_factor only when it measured clearly faster
+        if (
+            chosen is not None
+            and rung_now is not None
+            and chosen is not rung_now
+            and chosen.samples_per_s < rung_now.samples_per_s * MEASURED_GAIN_MIN
+        ):
+            plan.notes.append(
+                f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s, not clearly faster than "
+                f"the current {rung_now.samples_per_s:.0f}: not advised."
+            )
+            chosen = None
+        if chosen is rung_now:
+            chosen = None
+    elif covers_now:
+        plan.covered = True
+        if steady_input and rung_now is not None and consumption is not None:
+            plan.notes.append(
+                f"The loader alone delivers {rung_now.samples_per_s:.0f} samples/s at num_workers={w_now}, above "
+                f"the model's {consumption:.0f}: the steady data wait comes from elsewhere (start-up, contention)."
+            )
+
+    settings: dict[str, Any] = {}
+    if chosen is not None:
+        if chosen.num_workers != w_now:
+            settings["num_workers"] = chosen.num_workers
+        if chosen.num_workers > 0 and chosen.prefetch_factor not in (None, current.prefetch_factor or 2):
+            settings["prefetch_factor"] = chosen.prefetch_factor
+    w_new = chosen.num_workers if chosen is not None else w_now
+    startup_new = chosen.startup_s if chosen is not None else (rung_now.startup_s if rung_now else stall_now)
+    typical = typical_consumption_samples_per_s or consumption
+    step_new = _predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder)
+    if w_new > 0 and not persistent_now:
+        epoch_guess = _epoch_s(steps_per_epoch, step_new, 0.0)
+        if steps_per_epoch is None:
+            # epoch length unknown: bundle it with a worker change (free), never advise it alone
+            if "num_workers" in settings:
+                settings["persistent_workers"] = True
+        elif epoch_guess > 0 and startup_new / epoch_guess >= PERSISTENT_STARTUP_SHARE_MIN:
+            settings["persistent_workers"] = True
+    if settings and w_new > 0 and current.accelerator == "cuda" and not current.pin_memory:
+        settings["pin_memory"] = True
+
+    stall_new = 0.0 if (w_new == 0 or persistent_now or settings.get("persistent_workers")) else startup_new
+    epoch_new = _epoch_s(steps_per_epoch, step_new, stall_new)
+    speedup = epoch_now / epoch_new if epoch_new > 0 and settings else None
+    plan.predicted_step_s = round(step_new, 6)
+    plan.expected_speedup = None if speedup is None else round(speedup, 3)
+    evidence = _evidence(ladder, consumption, step_s, step_new, stall_now, steps_per_epoch)
+
+    if plan.covered is False and ladder.bound == BOUND_CPU:
+        ceiling = ladder.ceiling_samples_per_s
+        interim = f" Until then, {_describe(settings)} gets closest to the ceiling." if settings else ""
+        where = f"on {ladder.usable_cpus} usable CPU(s)" if ladder.usable_cpus else ""
+        plan.recommendations.append(
+            Recommendation(
+                kind="input",
+                title="Make each sample cheaper to produce",
+                detail=(
+                    f"The loader tops out at {ceiling:.0f} samples/s {where} (loading is {ladder.bound}-bound) "
+                    f"while the model consumes {consumption or 0:.0f} samples/s: no worker count covers it. Cache "
+                    "decoded samples, do augmentations batched or on the device (`on_after_batch_transfer`), "
+                    f"and avoid per-sample Python loops in `__getitem__`.{interim}"
+                ),
+                settings=settings,
+                snippet=(
+                    "def on_after_batch_transfer(self, batch, dataloader_idx):\n    return gpu_augment(batch)"
+                ),
+                expected_speedup=plan.expected_speedup,
+                evidence=evidence,
+            )
+        )
+        return plan
+    if not settings:
+        return plan
+    if "num_workers" in settings and plan.covered is False:
+        rate = chosen.samples_per_s if chosen else 0.0
+        title = f"Load batches in {w_new} background worker(s)"
+        detail = (
+            f"Measured on this run's own loader: {chosen.label if chosen else ''} delivers {rate:.0f} samples/s, "
+            f"the fastest setting tried, still short of the model's {consumption or 0:.0f} samples/s. Loading "
+            f"is {ladder.bound}-bound: more workers or faster storage help further, and so do cheaper samples "
+            "(cached, decoded once)."
+        )
+    elif "num_workers" in settings:
+        rate = chosen.samples_per_s if chosen else 0.0
+        title = f"Load batches in {w_new} background worker(s)"
+        detail = (
+            f"Measured on this run's own loader: {chosen.label if chosen else ''} delivers {rate:.0f} samples/s, "
+            f"the smallest setting that covers the model's {consumption or 0:.0f} samples/s with a "
+            f"{COVER_MARGIN:.2f}x margin (loading is {ladder.bound}-bound)."
+        )
+    elif "persistent_workers" in settings:
+        title = "Keep DataLoader workers alive between epochs"
+        detail = (
+            f"Workers are re-created every epoch; their start-up costs {stall_now * 1e3:.0f} ms of a "
+            f"{epoch_now:.2f} s epoch ({stall_share:.0%})."
+        )
+    else:
+        title = f"Prefetch {settings.get('prefetch_factor')} batches per worker"
+        detail = "Measured faster on this run's own loader."
+    plan.recommendations.append(
+        Recommendation(
+            kind="input",
+            title=title,
+            detail=detail,
+            settings=settings,
+            snippet=_snippet(settings, current, w_new),
+            expected_speedup=plan.expected_speedup,
+            evidence=evidence,
+        )
+    )
+    return plan
+
+
+def consumption_rate(timing: TimingStats, quantile: float = CONSUMPTION_QUANTILE) -> float | None:
+    """Samples/s the model takes when it never waits: ``samples_per_step / quantile(step - data wait)``."""
+    if not timing.samples_per_step or not timing.step_ms:
+        return None
+    waits = (
+        timing.data_wait_ms
+        if len(timing.data_wait_ms) == len(timing.step_ms)
+        else [0.0] * len(timing.step_ms)
+    )
+    busy = sorted(max(0.0, s - w) for s, w in zip(timing.step_ms, waits))
+    busy_ms = percentile(busy, quantile)
+    return timing.samples_per_step / (busy_ms / 1e3) if busy_ms > 0 else None
+
+
+def epoch_start_stall(timing: TimingStats) -> float | None:
+    """Median extra wait (seconds) of an epoch's first batch over a steady-state data wait."""
+    if not timing.epoch_start_wait_ms:
+        return None
+    waits = sorted(timing.epoch_start_wait_ms)
+    steady = sorted(timing.data_wait_ms)[len(timing.data_wait_ms) // 2] if timing.data_wait_ms else 0.0
+    return max(0.0, waits[len(waits) // 2] - steady) / 1e3
+
+
+def plan_from_timing(
+    ladder: LoaderLadder, current: RunConfig, timing: TimingStats, steps_per_epoch: float | None
+) -> LoaderPlan:
+    """:func:`plan_loader` fed from the callback's always-on timing (the window's steady-state steps).
+
+    This is the call the live callback makes after :func:`~lightning_bottleneck.loader_probe.probe_loader`::
+
+        timing = self._timing.stats()                      # TimingStats
+        ladder = probe_loader(loader, budget_s=..., usable_cpus=cfg.usable_cpus,
+                              target_samples_per_s=(consumption_rate(timing) or 0) * COVER_MARGIN or None)
+        plan = plan_from_timing(ladder, cfg, timing, trainer.num_training_batches)
+    """
+    steps = sorted(timing.step_ms)
+    step_s = steps[len(steps) // 2] / 1e3 if steps else 0.0
+    return plan_loader(
+        ladder,
+        current,
+        consumption_samples_per_s=consumption_rate(timing),
+        data_wait_share=timing.data_wait_share,
+        step_s=step_s,
+        # trainer.num_training_batches is inf for a loader without len()
+        steps_per_epoch=int(steps_per_epoch) if steps_per_epoch and steps_per_epoch < float("inf") else None,
+        epoch_start_stall_s=epoch_start_stall(timing),
+        typical_consumption_samples_per_s=consumption_rate(timing, 50.0),
+    )
+
+
+def _usable_rungs(ladder: LoaderLadder, cfg: RunConfig, w_now: int, notes: list[str]) -> list[Rung]:
+    """Rungs that can pay off during training, not only in the probe.
+
+    The probe timed the loader alone. When loading is CPU-bound and the model also trains on the CPU, the
+    training process needs a core of its own while workers load: worker counts beyond ``usable CPUs - 1``
+    compete with the step itself (issue 8 measured ``num_workers=1`` at 0.84x on 2 cores, and this
+    project's benchmark measured 1 to 4 workers at 0.2-0.5x of ``num_workers=0`` on a busy 2-core machine).
+    """
+    cpus = ladder.usable_cpus or cfg.usable_cpus
+    if cfg.accelerator != "cpu" or ladder.bound != BOUND_CPU or not cpus:
+        return list(ladder.rungs)
+    cap = max(0, cpus - 1)
+    kept = [r for r in ladder.rungs if r.num_workers <= cap or r.num_workers == w_now]
+    if len(kept) < len(ladder.rungs):
+        notes.append(
+            f"Loading is CPU-bound and the model trains on the CPU: worker counts above {cap} would take the "
+            f"training process's core ({cpus} usable), so they are not advised."
+        )
+    return kept
+
+
+def _rung_for(ladder: LoaderLadder, workers: int, prefetch: int | None) -> Rung | None:
+    if workers == 0:
+        return ladder.rung(0)
+    return ladder.rung(workers, prefetch or 2) or ladder.rung(workers)
+
+
+def _covers(rung: Rung, consumption: float) -> bool:
+    return rung.samples_per_s >= consumption * COVER_MARGIN
+
+
+def _per_sample_s(rung: Rung, consumption: float | None, cfg: RunConfig, ladder: LoaderLadder) -> float:
+    """Predicted seconds per sample of training with this loader setting.
+
+    Without workers, loading and the step run one after the other. With workers they overlap, so the slower
+    one sets the pace; when the model also trains on the CPU and loading is CPU-bound, loading and the step
+    share the usable cores, so the pace is at least their summed CPU time spread over those cores.
+    """
+    step = 1.0 / consumption if consumption else 0.0
+    load = 1.0 / rung.samples_per_s if rung.samples_per_s > 0 else float("inf")
+    if rung.num_workers == 0:
+        return step + load
+    pace = max(step, load)
+    if cfg.accelerator == "cpu" and ladder.bound == BOUND_CPU and rung.cpu_per_sample_s is not None:
+        cpus = max(1, ladder.usable_cpus or cfg.usable_cpus or 1)
+        pace = max(pace, (rung.cpu_per_sample_s + step) / cpus)
+    return pace
+
+
+def _predicted_step_s(
+    chosen: Rung | None,
+    rung_now: Rung | None,
+    consumption: float | None,
+    bs: int,
+    step_s: float,
+    cfg: RunConfig,
+    ladder: LoaderLadder,
+) -> float:
+    if chosen is None or consumption is None:
+        return step_s
+    return bs * _per_sample_s(chosen, consumption, cfg, ladder)
+
+
+def _epoch_s(steps_per_epoch: int | None, step_s: float, stall_s: float) -> float:
+    """Seconds per epoch; with an unknown epoch length, per step (start-up stalls then cannot be weighed)."""
+    if not steps_per_epoch:
+        return step_s
+    return steps_per_epoch * step_s + stall_s
+
+
+def _evidence(
+    ladder: LoaderLadder,
+    consumption: float | None,
+    step_s: float,
+    step_new: float,
+    stall_s: float,
+    steps_per_epoch: int | None,
+) -> dict[str, Any]:
+    return {
+        "ladder": [
+            {
+                "num_workers": r.num_workers,
+                "prefetch_factor": r.prefetch_factor,
+                "samples_per_s": round(r.samples_per_s, 1),
+                "startup_ms": round(r.startup_s * 1e3, 1),
+            }
+            for r in ladder.rungs
+        ],
+        "bound": ladder.bound,
+        "ceiling_samples_per_s": round(ladder.ceiling_samples_per_s, 1),
+        "consumption_samples_per_s": None if consumption is None else round(consumption, 1),
+        "step_ms": round(step_s * 1e3, 3),
+        "predicted_step_ms": round(step_new * 1e3, 3),
+        "epoch_start_stall_ms": round(stall_s * 1e3, 1),
+        "steps_per_epoch": steps_per_epoch,
+    }
+
+
+def _describe(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in settings.items())
+
+
+def _snippet(settings: dict[str, Any], cfg: RunConfig, workers: int) -> str:
+    args = ["dataset"]
+    if cfg.batch_size is not None:
+        args.append(f"batch_size={cfg.batch_size}")
+    if "num_workers" not in settings and workers:
+        args.append(f"num_workers={workers}")
+    args += [f"{k}={v!r}" for k, v in settings.items()]
+    return f"DataLoader({', '.join(args)})"

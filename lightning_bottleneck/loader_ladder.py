@@ -1,0 +1,143 @@
+"""What the loader probe measured: one :class:`Rung` per DataLoader setting tried. Pure data (no torch).
+
+Kept apart from :mod:`lightning_bottleneck.loader_probe` (which needs torch) so that the advice
+(:mod:`lightning_bottleneck.advice.loader_plan`) and the offline CLI can read a ladder from a report
+without importing torch. Like ``torch.utils.benchmark.Measurement``, ``str(ladder)`` prints a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# How the loading time is spent, told by CPU time against wall time of the fetch.
+BOUND_CPU = "cpu"  # the fetch burns CPU: workers beyond the usable cores cannot help
+BOUND_WAIT = "wait"  # the fetch mostly waits (disk, network, sleep): more workers than cores help
+BOUND_UNKNOWN = "unknown"
+
+
+@dataclass
+class Rung:
+    """One DataLoader setting, timed on a separate loader outside the training loop."""
+
+    num_workers: int
+    prefetch_factor: int | None  # None with num_workers=0 (torch's own convention)
+    samples_per_s: float  # steady state, after the first round of batches
+    startup_s: float  # iterator creation to first batch (worker start-up + first fetch)
+    cpu_per_sample_s: float | None  # CPU seconds per sample spent by the loading process(es)
+    cpu_share: float | None  # CPU time / (wall time x loading processes) during the steady state
+    batches: int  # batches fetched in all, start-up included
+    measured_s: float  # length of the steady-state window
+    rough: bool = False  # the budget ran out before a full steady-state window
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "num_workers": self.num_workers,
+            "prefetch_factor": self.prefetch_factor,
+            "samples_per_s": round(self.samples_per_s, 3),
+            "startup_s": round(self.startup_s, 4),
+            "cpu_per_sample_s": None if self.cpu_per_sample_s is None else round(self.cpu_per_sample_s, 6),
+            "cpu_share": None if self.cpu_share is None else round(self.cpu_share, 3),
+            "batches": self.batches,
+            "measured_s": round(self.measured_s, 4),
+            "rough": self.rough,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Rung:
+        return cls(
+            num_workers=int(d["num_workers"]),
+            prefetch_factor=d.get("prefetch_factor"),
+            samples_per_s=float(d["samples_per_s"]),
+            startup_s=float(d["startup_s"]),
+            cpu_per_sample_s=d.get("cpu_per_sample_s"),
+            cpu_share=d.get("cpu_share"),
+            batches=int(d.get("batches", 0)),
+            measured_s=float(d.get("measured_s", 0.0)),
+            rough=bool(d.get("rough", False)),
+        )
+
+    @property
+    def label(self) -> str:
+        if self.num_workers == 0:
+            return "num_workers=0"
+        return f"num_workers={self.num_workers}, prefetch_factor={self.prefetch_factor}"
+
+
+@dataclass
+class LoaderLadder:
+    """The loader probe's result: rungs in the order they were measured, and how loading is bound."""
+
+    rungs: list[Rung] = field(default_factory=list)
+    bound: str = BOUND_UNKNOWN
+    batch_size: int | None = None
+    usable_cpus: int | None = None
+    elapsed_s: float = 0.0
+    budget_s: float = 0.0
+    skipped: bool = False  # nothing was measured (IterableDataset, no len(), probe off, ...)
+    notes: list[str] = field(default_factory=list)
+
+    def rung(self, num_workers: int, prefetch_factor: int | None = None) -> Rung | None:
+        """The fastest rung with this worker count (and prefetch factor, when given)."""
+        found = [
+            r
+            for r in self.rungs
+            if r.num_workers == num_workers
+            and (prefetch_factor is None or r.prefetch_factor == prefetch_factor)
+        ]
+        return max(found, key=lambda r: r.samples_per_s) if found else None
+
+    @property
+    def best(self) -> Rung | None:
+        return max(self.rungs, key=lambda r: r.samples_per_s) if self.rungs else None
+
+    @property
+    def ceiling_samples_per_s(self) -> float:
+        return self.best.samples_per_s if self.best else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rungs": [r.to_dict() for r in self.rungs],
+            "bound": self.bound,
+            "batch_size": self.batch_size,
+            "usable_cpus": self.usable_cpus,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "budget_s": self.budget_s,
+            "skipped": self.skipped,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LoaderLadder:
+        return cls(
+            rungs=[Rung.from_dict(r) for r in d.get("rungs", [])],
+            bound=str(d.get("bound", BOUND_UNKNOWN)),
+            batch_size=d.get("batch_size"),
+            usable_cpus=d.get("usable_cpus"),
+            elapsed_s=float(d.get("elapsed_s", 0.0)),
+            budget_s=float(d.get("budget_s", 0.0)),
+            skipped=bool(d.get("skipped", False)),
+            notes=list(d.get("notes", [])),
+        )
+
+    def __str__(self) -> str:
+        head = (
+            f"LoaderLadder(bound={self.bound}, usable_cpus={self.usable_cpus}, batch_size={self.batch_size})"
+        )
+        lines = [head]
+        if self.skipped:
+            lines.append("  not measured")
+        else:
+            lines.append("  workers  prefetch  samples/s  start-up  CPU/sample  CPU share")
+            for r in self.rungs:
+                cps = "-" if r.cpu_per_sample_s is None else f"{r.cpu_per_sample_s * 1e3:7.2f} ms"
+                share = "-" if r.cpu_share is None else f"{r.cpu_share:6.0%}"
+                pf = "-" if r.prefetch_factor is None else str(r.prefetch_factor)
+                rough = "  (rough)" if r.rough else ""
+                lines.append(
+                    f"  {r.num_workers:7d}  {pf:>8}  {r.samples_per_s:9.1f}  {r.startup_s * 1e3:6.0f} ms"
+                    f"  {cps:>10}  {share:>9}{rough}"
+                )
+            lines.append(f"  measured in {self.elapsed_s:.2f} s of a {self.budget_s:.2f} s budget")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)

@@ -1,0 +1,373 @@
+"""The loader probe (measures the train DataLoader outside the loop) and the advice that follows it.
+
+Real loaders with bottlenecks injected on purpose (sleeping or CPU-heavy ``__getitem__``, slow worker
+start-up); the plan's inputs that come from a training window (consumption rate, data wait) are given
+directly. Budgets are short and assertions have margins: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+from lightning_bottleneck.advice.loader_plan import (
+    COVER_MARGIN,
+    consumption_rate,
+    plan_from_timing,
+    plan_loader,
+)
+from lightning_bottleneck.evidence import RunConfig, TimingStats
+from lightning_bottleneck.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.loader_probe import probe_loader
+from lightning_bottleneck.report import Recommendation
+
+from conftest import quiet_trainer
+
+
+class Sleepy(Dataset):
+    """Waits like a read from slow storage, and draws from every global RNG in the loading process."""
+
+    def __init__(self, n: int = 256, delay_s: float = 0.003) -> None:
+        self.n, self.delay_s = n, delay_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.delay_s)
+        noise = random.random() + float(np.random.rand()) + float(torch.rand(()))
+        return torch.full((4,), float(i)), torch.tensor([noise])
+
+
+class Heavy(Dataset):
+    """CPU-bound per-sample numpy work (FFT "augmentations")."""
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        img = np.random.default_rng(i).random((96, 96), dtype=np.float32)
+        for _ in range(4):
+            img = np.abs(np.fft.ifft2(np.fft.fft2(img) * 0.5)).astype(np.float32)
+        return torch.tensor([float(img.mean()), float(i)])
+
+
+class SlowStart:
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def __call__(self, worker_id: int) -> None:
+        time.sleep(self.delay_s)
+
+
+def _rng_draws() -> tuple[float, float, float]:
+    return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+
+def _seed(s: int = 123) -> None:
+    random.seed(s)
+    np.random.seed(s)
+    torch.manual_seed(s)
+
+
+def _batches(it: Any, n: int | None = None) -> list[list[float]]:
+    out = []
+    for k, (x, noise) in enumerate(it):
+        out.append(x[:, 0].tolist() + noise[:, 0].tolist())
+        if n is not None and k + 1 == n:
+            break
+    return out
+
+
+def test_probe_leaves_loader_order_and_rng_draws_untouched() -> None:
+    loader = DataLoader(Sleepy(48, delay_s=0.0005), batch_size=8, shuffle=True)
+    _seed()
+    it = iter(loader)
+    head = _batches(it, 2)
+    expected = head + _batches(it)
+    expected_draws = _rng_draws()
+
+    _seed()
+    it = iter(loader)
+    head = _batches(it, 2)
+    sampler_state = loader.sampler.__dict__.copy()
+    np_before = np.random.get_state()[1].copy()  # type: ignore[index]
+    rng_before = (random.getstate(), np_before, torch.get_rng_state().clone())
+    ladder = probe_loader(loader, budget_s=1.5, usable_cpus=2)  # between two batches of a live iterator
+    assert len(ladder.rungs) >= 2, ladder
+    assert random.getstate() == rng_before[0]
+    assert np.array_equal(np.random.get_state()[1], rng_before[1])  # type: ignore[index]
+    assert torch.equal(torch.get_rng_state(), rng_before[2])
+    assert loader.sampler.__dict__ == sampler_state and loader.num_workers == 0
+    assert head + _batches(it) == expected  # same samples, same order, same per-sample RNG draws
+    assert _rng_draws() == expected_draws
+
+
+class _Recorder(pl.Callback):
+    def __init__(self, probe_at: int | None) -> None:
+        self.probe_at = probe_at
+        self.seen: list[list[float]] = []
+        self.ladder: LoaderLadder | None = None
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, i: int
+    ) -> None:
+        self.seen.append(batch[0][:, 0].tolist())
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if trainer.global_step == self.probe_at:  # where the callback's window ends
+            loader = trainer.train_dataloader
+            assert isinstance(loader, DataLoader)
+            self.ladder = probe_loader(loader, budget_s=1.0, usable_cpus=2)
+
+
+class _Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, noise = batch
+        return nn.functional.mse_loss(self.lin(x / 48.0) + torch.randn(1) * 0.01, noise)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _fit(tmp_path: Path, probe_at: int | None) -> tuple[_Recorder, dict[str, torch.Tensor], float]:
+    pl.seed_everything(7, workers=True)
+    model = _Tiny()
+    rec = _Recorder(probe_at)
+    loader = DataLoader(Sleepy(48, delay_s=0.0), batch_size=8, shuffle=True)
+    quiet_trainer(tmp_path, [rec], max_epochs=3).fit(model, loader)
+    return rec, {k: v.clone() for k, v in model.state_dict().items()}, float(torch.rand(()))
+
+
+def test_a_fit_with_the_probe_trains_exactly_like_one_without(tmp_path: Path) -> None:
+    ref, ref_state, ref_draw = _fit(tmp_path / "a", None)
+    rec, state, draw = _fit(tmp_path / "b", 4)
+    assert rec.ladder is not None and rec.ladder.rungs
+    assert rec.seen == ref.seen  # batches in the same order, epoch after epoch
+    assert all(torch.equal(state[k], ref_state[k]) for k in ref_state)  # bitwise
+    assert draw == ref_draw
+
+
+def test_io_bound_loading_gets_more_workers_than_cores() -> None:
+    loader = DataLoader(Sleepy(512, delay_s=0.003), batch_size=8)
+    consumption = 800.0  # samples/s the model could take; num_workers=0 delivers ~300
+    ladder = probe_loader(
+        loader, budget_s=5.0, usable_cpus=2, target_samples_per_s=consumption * COVER_MARGIN
+    )
+    assert ladder.bound == BOUND_WAIT, ladder
+    cfg = RunConfig(num_workers=0, persistent_workers=False, batch_size=8, usable_cpus=2)
+    plan = plan_loader(
+        ladder,
+        cfg,
+        consumption_samples_per_s=consumption,
+        data_wait_share=0.7,
+        step_s=8 / 300,
+        steps_per_epoch=64,
+    )
+    rec = plan.recommendations[0]
+    assert rec.settings["num_workers"] > 2, (ladder, plan)
+    assert rec.settings["persistent_workers"] is True
+    assert plan.covered is True and rec.expected_speedup is not None and rec.expected_speedup > 1.5
+    assert rec.evidence["ladder"][0]["num_workers"] == 0 and rec.evidence["bound"] == BOUND_WAIT
+    assert rec.evidence["predicted_step_ms"] < rec.evidence["step_ms"]
+
+
+def test_cpu_bound_loading_on_two_cores_reports_the_ceiling_and_cheaper_samples_first() -> None:
+    loader = DataLoader(Heavy(), batch_size=4)
+    ladder = probe_loader(loader, budget_s=3.0, usable_cpus=2)
+    assert ladder.bound == BOUND_CPU, ladder
+    assert max(r.num_workers for r in ladder.rungs) <= 2  # no rung beyond the cores for CPU-bound loading
+    consumption = ladder.ceiling_samples_per_s * 10  # a model far faster than any loader setting
+    cfg = RunConfig(num_workers=0, batch_size=4, usable_cpus=2)
+    plan = plan_loader(
+        ladder,
+        cfg,
+        consumption_samples_per_s=consumption,
+        data_wait_share=0.9,
+        step_s=0.05,
+        steps_per_epoch=64,
+    )
+    assert plan.covered is False
+    first = plan.recommendations[0]
+    assert first.title == "Make each sample cheaper to produce"
+    assert f"{ladder.ceiling_samples_per_s:.0f} samples/s" in first.detail and "cpu-bound" in first.detail
+    assert first.evidence["ceiling_samples_per_s"] == pytest.approx(ladder.ceiling_samples_per_s, abs=0.1)
+
+
+def test_short_epochs_with_costly_worker_startup_get_persistent_workers_first() -> None:
+    loader = DataLoader(
+        TensorDataset(torch.randn(160, 4)), batch_size=16, num_workers=2, worker_init_fn=SlowStart(0.3)
+    )
+    ladder = probe_loader(loader, budget_s=3.0, usable_cpus=2)
+    now = ladder.rung(2)
+    assert now is not None and now.startup_s >= 0.25, ladder
+    cfg = RunConfig(num_workers=2, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
+    plan = plan_loader(
+        ladder,
+        cfg,
+        consumption_samples_per_s=16 / 0.004,
+        data_wait_share=0.02,  # steady state looks fine: the time goes at every epoch start
+        step_s=0.004,
+        steps_per_epoch=10,
+        epoch_start_stall_s=0.35,
+    )
+    first = plan.recommendations[0]
+    assert first.settings == {"persistent_workers": True}, plan
+    assert first.expected_speedup is not None and first.expected_speedup > 3  # 0.04 s of work vs 0.35 s stall
+
+
+def test_low_data_wait_gets_no_loader_advice() -> None:
+    loader = DataLoader(TensorDataset(torch.randn(512, 8)), batch_size=32)
+    ladder = probe_loader(loader, budget_s=1.0, usable_cpus=2)
+    cfg = RunConfig(num_workers=0, batch_size=32, usable_cpus=2)
+    plan = plan_loader(
+        ladder, cfg, consumption_samples_per_s=5000.0, data_wait_share=0.02, step_s=0.0065, steps_per_epoch=16
+    )
+    assert plan.recommendations == [] and "No loader advice" in plan.notes[0]
+
+
+def _rung(w: int, rate: float, startup: float = 0.05, pf: int | None = 2) -> Rung:
+    return Rung(w, pf if w else None, rate, startup, 0.001, 0.9, 20, 0.3)
+
+
+def test_never_advises_a_setting_measured_slower() -> None:
+    # CPU-bound on 2 cores where one worker measured *slower* than loading in the training process.
+    ladder = LoaderLadder([_rung(0, 600.0), _rung(1, 450.0), _rung(2, 560.0)], BOUND_CPU, 8, 2)
+    cfg = RunConfig(num_workers=0, batch_size=8, usable_cpus=2, accelerator="cpu")
+    plan = plan_loader(
+        ladder, cfg, consumption_samples_per_s=2000.0, data_wait_share=0.7, step_s=0.017, steps_per_epoch=50
+    )
+    assert plan.covered is False
+    for rec in plan.recommendations:
+        assert "num_workers" not in rec.settings, rec
+    # ... while a worker count that measured clearly faster and covers the model is advised when the model
+    # trains on a GPU; on the CPU, 2 workers on 2 cores would take the training process's core.
+    ladder = LoaderLadder([_rung(0, 600.0), _rung(1, 450.0), _rung(2, 1300.0)], BOUND_CPU, 8, 2)
+    gpu = RunConfig(num_workers=0, batch_size=8, usable_cpus=2, accelerator="cuda", pin_memory=True)
+    plan = plan_loader(
+        ladder, gpu, consumption_samples_per_s=1000.0, data_wait_share=0.5, step_s=0.016, steps_per_epoch=50
+    )
+    assert plan.recommendations[0].settings == {"num_workers": 2, "persistent_workers": True}
+    plan = plan_loader(
+        ladder, cfg, consumption_samples_per_s=1000.0, data_wait_share=0.5, step_s=0.016, steps_per_epoch=50
+    )
+    assert all("num_workers" not in r.settings for r in plan.recommendations)
+    assert any("training process's core" in n for n in plan.notes)
+
+
+def test_smallest_covering_worker_count_is_chosen() -> None:
+    rungs = [_rung(0, 300.0), _rung(1, 310.0), _rung(2, 600.0), _rung(4, 1200.0), _rung(8, 2400.0)]
+    ladder = LoaderLadder(rungs, BOUND_WAIT, 8, 2)
+    cfg = RunConfig(num_workers=0, batch_size=8, usable_cpus=2)
+    plan = plan_loader(
+        ladder, cfg, consumption_samples_per_s=700.0, data_wait_share=0.6, step_s=0.04, steps_per_epoch=100
+    )
+    assert plan.recommendations[0].settings == {"num_workers": 4, "persistent_workers": True}
+    assert plan.predicted_step_s == pytest.approx(8 / 700.0, rel=1e-3)
+
+
+class CountingStream(IterableDataset):
+    def __init__(self) -> None:
+        self.consumed = 0
+
+    def __iter__(self) -> Any:
+        for i in range(100):
+            self.consumed += 1
+            yield torch.tensor([i])
+
+
+def test_iterable_dataset_is_skipped_with_a_note_and_never_consumed() -> None:
+    stream = CountingStream()
+    ladder = probe_loader(DataLoader(stream, batch_size=4), budget_s=2.0)
+    assert ladder.skipped and not ladder.rungs and stream.consumed == 0
+    assert "IterableDataset" in ladder.notes[0]
+    plan = plan_loader(
+        ladder, RunConfig(num_workers=0), consumption_samples_per_s=100.0, data_wait_share=0.5, step_s=0.1
+    )
+    assert plan.recommendations == [] and "IterableDataset" in plan.notes[0]
+    assert "not measured" in str(ladder)
+
+
+def test_probe_respects_its_time_budget() -> None:
+    loader = DataLoader(Sleepy(1024, delay_s=0.005), batch_size=8)  # an unbounded ladder takes ~4 s here
+    t0 = time.perf_counter()
+    ladder = probe_loader(loader, budget_s=1.0, usable_cpus=2)
+    wall = time.perf_counter() - t0
+    assert ladder.rungs and wall < 1.0 + 0.6, (wall, ladder)  # slack: one batch fetch and worker shutdown
+    assert ladder.elapsed_s <= wall
+
+
+def test_budget_zero_turns_the_probe_off_and_bad_budget_fails_early() -> None:
+    loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    assert probe_loader(loader, budget_s=0).skipped
+    with pytest.raises(ValueError, match="budget_s"):
+        probe_loader(loader, budget_s=-1)
+
+
+def test_ladder_round_trips_and_prints_a_table() -> None:
+    ladder = LoaderLadder([_rung(0, 300.0), _rung(2, 600.0)], BOUND_WAIT, 8, 2, 1.2, 5.0, notes=["n"])
+    again = LoaderLadder.from_dict(ladder.to_dict())
+    assert again.to_dict() == ladder.to_dict()
+    text = str(ladder)
+    assert "bound=wait" in text and "600.0" in text and "note: n" in text
+
+
+def test_plan_from_timing_reads_consumption_and_stall_from_the_always_on_timing() -> None:
+    # 10-batch epochs of 4 ms steps (1 ms of it data wait); each epoch's first batch waits 400 ms.
+    timing = TimingStats(
+        steps=60,
+        step_ms=[4.0] * 50,
+        data_wait_ms=[1.0] * 50,
+        epoch_start_wait_ms=[401.0] * 6,
+        samples_per_step=16.0,
+    )
+    assert consumption_rate(timing) == pytest.approx(16 / 0.003)
+    ladder = LoaderLadder([_rung(0, 900.0), _rung(2, 9000.0, startup=0.4)], BOUND_WAIT, 16, 2)
+    cfg = RunConfig(num_workers=2, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
+    plan = plan_from_timing(ladder, cfg, timing, steps_per_epoch=10.0)
+    rec = plan.recommendations[0]
+    assert rec.settings == {"persistent_workers": True}
+    assert rec.evidence["epoch_start_stall_ms"] == pytest.approx(400.0)
+    assert rec.expected_speedup == pytest.approx((10 * 0.004 + 0.4) / (10 * 0.004), rel=0.05)
+    # round trip through the report's JSON keeps the new fields
+    again = Recommendation.from_dict(rec.to_dict())
+    assert again.expected_speedup == rec.expected_speedup and again.evidence == rec.evidence
+    assert plan_from_timing(ladder, cfg, timing, steps_per_epoch=float("inf")).recommendations == []
+
+
+def test_wait_bound_loading_short_of_the_model_still_gets_the_fastest_worker_count_first() -> None:
+    # prefetch_factor=4 measured within the noise of the default 2: not advised
+    rungs = [_rung(0, 300.0), _rung(4, 1100.0), _rung(8, 2100.0), _rung(16, 4900.0), _rung(16, 5200.0, pf=4)]
+    ladder = LoaderLadder(rungs, BOUND_WAIT, 16, 2)
+    cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2)
+    plan = plan_loader(
+        ladder, cfg, consumption_samples_per_s=8000.0, data_wait_share=0.9, step_s=0.055, steps_per_epoch=32
+    )
+    first = plan.recommendations[0]
+    assert plan.covered is False and first.settings == {"num_workers": 16, "persistent_workers": True}
+    assert first.title.startswith("Load batches in 16") and "faster storage" in first.detail
+
+
+def test_the_plan_and_the_ladder_import_neither_torch_nor_lightning() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lightning_bottleneck.advice.loader_plan, lightning_bottleneck.loader_ladder;"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
