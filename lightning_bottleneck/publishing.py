@@ -72,28 +72,42 @@ def publish(
 
 
 def choose_report_path(report: Report, default: Path, explicit_path: bool, owner: object = None) -> Path:
-    """Where ``report`` goes: ``default``, or beside it (``bottleneck_report.1.json``, ...) when that would
-    replace a report with more evidence by one without (a second ``fit`` that trained 0 steps), or,
-    for the default path, an earlier run's report (``logger=False`` runs share ``default_root_dir``).
-    A report written beside says so in its notes (and so in the summary)."""
+    """Where ``report`` goes: ``default``, or beside it (``bottleneck_report.1.json``, ...) when writing
+    there would replace a report with more evidence by one without (a second ``fit`` that trained 0
+    steps) or, at the default path, silently replace an earlier run's report (``logger=False`` runs share
+    ``default_root_dir``). ``owner`` may always replace its own reports that have no more evidence (a
+    second fit, a mid-run verdict followed by the end-of-fit one). A report written beside says so in its
+    notes, and so in the summary."""
     try:
-        if not default.exists():
+        first_why = _why_not(default, report, owner, explicit_path)
+        if first_why is None:
             return default
-        earlier = _read_quietly(default)
-        if earlier is None:
-            return default  # not a report we can read: ours to overwrite (a torn write, say)
-        ours = _WRITTEN.get(str(default)) == (id(owner), _stamp(default))
-        if _evidence(earlier) > 0 and _evidence(report) == 0:
-            why = "holds a report with more evidence (this run profiled and timed no step)"
-        elif not ours and not explicit_path:
-            why = "holds an earlier run's report"
-        else:
-            return default
-        beside = _free_name(default)
-        report.notes.append(f"{default.name} {why}, kept; this report is {beside}.")
-        return beside
+        for n in range(1, _MAX_BESIDE):
+            candidate = default.with_name(f"{default.stem}.{n}{default.suffix}")
+            if _why_not(candidate, report, owner, False) is None:
+                report.notes.append(f"{default.name} {first_why}, kept; this report is {candidate}.")
+                return candidate
     except Exception:
-        return default
+        pass
+    return default
+
+
+#: How many ``name.N.json`` are tried beside a default path that is taken.
+_MAX_BESIDE = 10_000
+
+
+def _why_not(path: Path, report: Report, owner: object, explicit_path: bool) -> str | None:
+    """Why ``report`` may not replace what ``path`` holds, or None when it may."""
+    if not path.exists():
+        return None
+    earlier = _read_quietly(path)
+    if earlier is None:
+        return None  # not a report that can be read (a torn write, say): nothing to keep
+    if _evidence(earlier) > 0 and _evidence(report) == 0:
+        return "holds a report with more evidence (this one timed and profiled no step)"
+    if not explicit_path and _WRITTEN.get(str(path)) != (id(owner), _stamp(path)):
+        return "holds an earlier run's report"
+    return None
 
 
 def _evidence(report: Report) -> int:
@@ -107,16 +121,6 @@ def _read_quietly(path: Path) -> Report | None:
         return read_report(path)
     except Exception:
         return None
-
-
-def _free_name(path: Path) -> Path:
-    """``name.1.json``, ``name.2.json``, ...: the first that does not exist."""
-    n = 1
-    while True:
-        candidate = path.with_name(f"{path.stem}.{n}{path.suffix}")
-        if not candidate.exists():
-            return candidate
-        n += 1
 
 
 #: Reports this process wrote: path -> (id of the publisher, file stamp when written).

@@ -118,32 +118,44 @@ def test_env_var_with_a_callback_in_the_code_trains_once(
 
 
 # ---------------------------------------------------------------------------------- 3. the user's patch
-def test_a_users_patch_made_during_fit_survives_the_end_of_fit(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("owner", "name"),
+    [(torch.Tensor, "item"), (torch.Tensor, "cpu"), (torch.cuda, "synchronize")],
+    ids=["Tensor.item", "Tensor.cpu", "cuda.synchronize"],
+)
+def test_a_users_patch_made_during_fit_survives_the_end_of_fit(tmp_path: Path, owner: Any, name: str) -> None:
     import scenarios
 
-    original = torch.Tensor.item
+    had_own = name in vars(owner)  # Tensor.item lives on TensorBase: the patch shadows it
+    original = vars(owner).get(name)
+    patched: list[Any] = []
+
+    def restore() -> None:
+        if had_own:
+            setattr(owner, name, original)
+        elif name in vars(owner):
+            delattr(owner, name)
 
     class Patching(scenarios.Regressor):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             if batch_idx == 2:
-                current = torch.Tensor.item
+                current = getattr(owner, name)
 
-                def user_item(t: torch.Tensor) -> Any:
-                    return current(t)
+                def users(*args: Any, **kwargs: Any) -> Any:
+                    return current(*args, **kwargs)
 
-                torch.Tensor.item = user_item  # type: ignore[method-assign]
-                Patching.patched = user_item
+                setattr(owner, name, users)
+                patched.append(users)
             return super().training_step(batch, batch_idx)
 
     try:
-        for name, callbacks in (("without", []), ("with", [BottleneckCallback(**CB)])):
-            torch.Tensor.item = original  # type: ignore[method-assign]
-            torch.manual_seed(0)
-            fit(tmp_path / name, callbacks, model=Patching())
-            assert torch.Tensor.item is Patching.patched, name
-            assert torch.tensor(3.0).item() == 3.0
+        for run, callbacks in (("without", []), ("with", [BottleneckCallback(**CB)])):
+            restore()
+            fit(tmp_path / run, callbacks, model=Patching())
+            assert vars(owner)[name] is patched[-1], run
+        assert torch.tensor(3.0).item() == 3.0
     finally:
-        torch.Tensor.item = original  # type: ignore[method-assign]
+        restore()
 
 
 # ---------------------------------------------------------------------------------- 4. a bad baseline
@@ -299,6 +311,9 @@ def test_a_second_fit_of_zero_steps_keeps_the_good_report(
     beside = tmp_path / "with" / "bottleneck_report.1.json"
     assert json.loads(beside.read_text())["steps_observed"] == 0
     assert str(beside) in said(capfd, caplog)
+    trainer.fit(model, loader)  # again: the callback replaces its own empty report, nothing piles up
+    assert json.loads((tmp_path / "with" / REPORT).read_text()) == first
+    assert not (tmp_path / "with" / "bottleneck_report.2.json").exists()
 
 
 def test_logger_false_never_overwrites_an_earlier_runs_report_silently(
