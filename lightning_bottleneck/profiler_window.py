@@ -11,6 +11,7 @@ Lightning's ``ScheduleWrapper`` / ``RegisterRecordFunction`` beside ``PyTorchPro
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import socket
 import tempfile
@@ -208,12 +209,28 @@ class ProfilerWindow:
 
 
 def profiler_in_use() -> bool:
-    """True while a ``torch.profiler`` / ``torch.autograd.profiler`` session records (the user's own
-    ``with torch.profiler.profile(): trainer.fit(...)``, say): only one can run in a process."""
+    """True while another ``torch.profiler`` session runs in this process: only one can.
+
+    Recording sessions (the user's ``with torch.profiler.profile(): trainer.fit(...)``) show in the
+    autograd profiler's state. A scheduled session still in its ``wait`` steps shows nowhere yet, but would
+    crash the process when it starts recording next to this window's (torch 2.13 segfaults): it is found
+    among the live ``torch.profiler.profile`` objects as one that was started (its ``ProfilerStep#`` label
+    is open) and not stopped. Costs one pass of the garbage collector's object list, at setup only.
+    """
     if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
         return True
     enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
-    return bool(enabled()) if enabled is not None else False
+    if enabled is not None and enabled():
+        return True
+    return any(getattr(p, "step_rec_fn", None) is not None for p in _profile_objects())
+
+
+def _profile_objects() -> list[torch.profiler.profile]:
+    """Live ``torch.profiler.profile`` objects (and of its subclasses): instances refer to their class."""
+    classes: list[type] = [torch.profiler.profile]
+    for cls in classes:  # grows while iterated: every subclass, however deep
+        classes.extend(c for c in cls.__subclasses__() if c not in classes)
+    return [o for o in gc.get_referrers(*classes) if isinstance(o, torch.profiler.profile)]
 
 
 def _reason(err: BaseException) -> str:

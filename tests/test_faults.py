@@ -91,6 +91,57 @@ def test_a_users_own_profiler_session_is_left_intact(tmp_path: Path) -> None:
     assert not torch._C._autograd._profiler_enabled()
 
 
+SCHEDULED = """
+import sys, warnings, torch
+sys.path[:0] = [{tests!r}, {examples!r}]
+import lightning.pytorch as pl, scenarios
+from torch.utils.data import DataLoader
+from conftest import quiet_trainer
+from lightning_bottleneck import BottleneckCallback
+
+class Stepper(pl.Callback):  # the user's own step() of their scheduled profiler
+    def __init__(self, prof):
+        self.prof = prof
+    def on_train_batch_end(self, *args):
+        self.prof.step()
+
+with_callback = sys.argv[1] == "with"
+ours = [BottleneckCallback(wait=1, warmup=1, active=2, verbose=False)] if with_callback else []
+prof = torch.profiler.profile(schedule=torch.profiler.schedule(wait=3, warmup=1, active=3))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with prof:
+        trainer = quiet_trainer({root!r}, ours + [Stepper(prof)], max_steps=8, limit_val_batches=0)
+        trainer.fit(scenarios.Regressor(), DataLoader(scenarios.in_memory(256, 32), batch_size=8))
+print("RESULT", len(prof.events()), trainer.global_step, sum("BottleneckCallback" in str(w.message) for w in caught))
+"""
+
+
+def test_a_users_scheduled_profiler_still_waiting_is_left_intact(tmp_path: Path) -> None:
+    """A scheduled session in its wait steps at setup is invisible to the autograd profiler's state; both
+    sessions recording at once crashed the process (SIGSEGV in torch 2.13): run in a child process."""
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    script = tmp_path / "scheduled.py"
+    script.write_text(
+        SCHEDULED.format(tests=str(tests), examples=str(tests.parent / "examples"), root=str(tmp_path))
+    )
+    results = {}
+    for run in ("without", "with"):
+        done = subprocess.run([sys.executable, str(script), run], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (run, done.returncode, done.stderr[-1500:])
+        line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")][-1]
+        results[run] = [int(v) for v in line.split()[1:]]
+    (events_without, steps_without, _), (events_with, steps_with, warned) = (
+        results["without"],
+        results["with"],
+    )
+    assert steps_without == steps_with == 8
+    assert events_without > 100 and 0.8 * events_without <= events_with <= 1.25 * events_without, results
+    assert warned == 1
+
+
 # ---------------------------------------------------------------------------------- 2. two callbacks
 def test_two_callbacks_one_analysis(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
