@@ -229,7 +229,8 @@ def _profile_objects() -> list[torch.profiler.profile]:
     """Live ``torch.profiler.profile`` objects (and of its subclasses): instances refer to their class."""
     classes: list[type] = [torch.profiler.profile]
     for cls in classes:  # grows while iterated: every subclass, however deep
-        classes.extend(c for c in cls.__subclasses__() if c not in classes)
+        subclasses: list[type] = cls.__subclasses__()
+        classes.extend(c for c in subclasses if c not in classes)
     return [o for o in gc.get_referrers(*classes) if isinstance(o, torch.profiler.profile)]
 
 
