@@ -254,22 +254,44 @@ def test_a_bad_baseline_is_a_note_never_a_lost_report(
 
 
 # ---------------------------------------------------------------------------------- 5. cannot write
+def _mount_tmpfs(where: Path, options: str) -> None:
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode()[:100]}")
+
+
+@pytest.fixture(params=["not-a-directory", "read-only-fs"])
+def unwritable(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A report path that cannot be written, even by root: under a file, or on a read-only mount."""
+    if request.param == "not-a-directory":
+        blocker = tmp_path / "a_file"
+        blocker.write_text("not a directory")
+        yield blocker / REPORT
+        return
+    mount = tmp_path / "ro"
+    _mount_tmpfs(mount, "ro,size=64k")
+    try:
+        yield mount / REPORT
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
 def test_unwritable_report_path_still_prints_the_summary(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, unwritable: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    blocker = tmp_path / "a_file"
-    blocker.write_text("not a directory")
-    cb = BottleneckCallback(**{**CB, "verbose": True, "report_path": str(blocker / REPORT)})
+    without = fit(tmp_path / "without", [])
+    cb = BottleneckCallback(**{**CB, "verbose": True, "report_path": str(unwritable)})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer = fit(tmp_path, [cb])
-    assert trainer.global_step == 6 and cb.report is not None
-    out = said(capfd, caplog)
-    assert "lightning-bottleneck:" in out
+        trainer = fit(tmp_path / "with", [cb])
+    assert trainer.global_step == without.global_step == 6 and cb.report is not None
+    assert "lightning-bottleneck:" in said(capfd, caplog)
     messages = [str(w.message) for w in caught]
-    assert any("could not write" in m and "report" in m for m in messages), messages
+    assert any("could not write its report" in m for m in messages), messages
     assert not [m for m in messages if "disabled itself" in m]
     assert leftovers(tmp_path) == []
+    assert list((tmp_path / "with" / "bottleneck").glob("events.out.tfevents.*"))  # the TensorBoard text
 
 
 @pytest.fixture(params=[12, 0], ids=["12KiB-free", "full"])
@@ -277,12 +299,7 @@ def full_disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     """A 64 KiB tmpfs filled to all but ``param`` KiB (root only; skipped elsewhere): with 12 KiB the
     traces fail half-way and the report fits, with none the report cannot be written either."""
     mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode()[:100]}")
+    _mount_tmpfs(mount, "size=64k")
     try:
         fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
         try:
@@ -436,3 +453,18 @@ def test_keyboard_interrupt_note_has_no_empty_message(tmp_path: Path) -> None:
     notes = json.loads((tmp_path / REPORT).read_text())["notes"]
     assert "fit interrupted (KeyboardInterrupt)" in notes, notes
     assert not [n for n in notes if n.rstrip().endswith(":")]
+
+
+@pytest.mark.parametrize(
+    ("error", "note"),
+    [
+        (KeyboardInterrupt(), "fit interrupted (KeyboardInterrupt)"),
+        (ValueError(), "fit ended by ValueError"),
+        (ValueError("  "), "fit ended by ValueError"),
+        (ValueError("user\nbug"), "fit ended by ValueError: user bug"),
+    ],
+)
+def test_exit_note_omits_an_empty_message(error: BaseException, note: str) -> None:
+    from lightning_bottleneck.publishing import exit_note
+
+    assert exit_note(error) == note
