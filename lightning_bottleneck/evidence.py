@@ -10,7 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.contention import Contention
+from lightning_bottleneck.loader_ladder import LoaderLadder
+from lightning_bottleneck.trial_results import TrialReport
 
 
 @dataclass
@@ -106,6 +110,18 @@ class RunConfig:
 
 
 @dataclass
+class RunLength:
+    """How long the whole fit is (for whole-run accounting: a stall per epoch x epochs competes with a
+    per-step loss x steps). ``None``: not known (an infinite or iterable-sized run, or offline)."""
+
+    total_steps: int | None = (
+        None  # training batches the fit will run (trainer.estimated_stepping_batches x accumulation)
+    )
+    steps_per_epoch: int | None = None  # trainer.num_training_batches
+    epochs: int | None = None  # epochs the fit will run (max_epochs, or derived from max_steps)
+
+
+@dataclass
 class Evidence:
     summaries: list[TraceSummary] = field(default_factory=list)  # one per rank, from the trace files
     timing: TimingStats | None = None
@@ -118,3 +134,9 @@ class Evidence:
     notes: list[str] = field(default_factory=list)
     steps_observed: int | None = None  # overrides the count derived from timing/summaries
     rank: int = 0
+    # ---- measured after the window by the live callback (None offline, or when not run) ----
+    run_length: RunLength | None = None
+    loader_ladder: LoaderLadder | None = None  # lightning_bottleneck.loader_probe.probe_loader
+    trials: TrialReport | None = None  # lightning_bottleneck.trials.run_trials on a batch of the window
+    contention: Contention | None = None  # contention.assess over the window (other processes' CPU use)
+    window_check: WindowCheck | None = None  # analysis.representative.check_window (window vs the rest)
