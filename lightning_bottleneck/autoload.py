@@ -87,8 +87,8 @@ def stands_down(callback: Any, trainer: Any, duplicates: bool = True) -> bool:
       Lightning appends its callbacks after the user's). The first one runs the analysis with its own
       options and notes it in its report; this one logs one info line.
     - A ``torch.profiler`` session already records (the user's own ``with torch.profiler.profile():
-      trainer.fit(...)``): only one can run in a process, so the user's session is left intact and one
-      warning says so.
+      trainer.fit(...)``, on any rank): only one can run in a process, so the user's session is left
+      intact, every rank stands down, and one warning says so.
     """
     from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
@@ -106,7 +106,13 @@ def stands_down(callback: Any, trainer: Any, duplicates: bool = True) -> bool:
                 "A second BottleneckCallback in the Trainer stood down; this one ran the analysis."
             )
             return True
-    if profiler_in_use():
+    busy = profiler_in_use()
+    strategy = getattr(trainer, "strategy", None)
+    if strategy is not None and getattr(trainer, "world_size", 1) > 1:
+        # Every rank must take the same road: the callback's set-up has collectives (log_dir, the gather's
+        # group), and a user may profile one rank only. One all-reduce, at setup and train start.
+        busy = strategy.reduce_boolean_decision(busy, all=False)
+    if busy:
         rank_zero_warn(
             "BottleneckCallback stands down for this fit: a torch.profiler session is already recording "
             "(your own `with torch.profiler.profile()`?) and only one can run in a process; that session is "

@@ -142,6 +142,65 @@ def test_a_users_scheduled_profiler_still_waiting_is_left_intact(tmp_path: Path)
     assert warned == 1
 
 
+ONE_RANK_PROFILED = """
+import contextlib, os, sys, torch
+sys.path[:0] = [{tests!r}, {examples!r}]
+import lightning.pytorch as pl, scenarios
+from torch.utils.data import DataLoader
+from lightning_bottleneck import BottleneckCallback
+
+rank = int(os.environ.get("LOCAL_RANK", "0"))
+cb = BottleneckCallback(wait=1, warmup=1, active=2, verbose=False, gather_timeout=30)
+trainer = pl.Trainer(
+    accelerator="cpu", devices=2, strategy="ddp", max_steps=6, limit_val_batches=0, logger=False,
+    enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    default_root_dir={root!r}, callbacks=[cb],
+)
+with (torch.profiler.profile() if rank == 1 else contextlib.nullcontext()) as prof:  # rank 1 only
+    trainer.fit(scenarios.Regressor(), DataLoader(scenarios.in_memory(256, 32), batch_size=8))
+events = len(prof.events()) if prof is not None else -1
+print(f"RESULT {{rank}} {{trainer.global_step}} {{events}} {{int(cb.report is not None)}}", flush=True)
+"""
+
+
+def test_a_users_profiler_on_one_rank_makes_every_rank_stand_down(tmp_path: Path) -> None:
+    """Standing down on one rank only would leave the others alone in the callback's collectives."""
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    script = tmp_path / "one_rank.py"
+    script.write_text(
+        ONE_RANK_PROFILED.format(
+            tests=str(tests), examples=str(tests.parent / "examples"), root=str(tmp_path)
+        )
+    )
+    env = {**os.environ, "PL_DISABLE_FORK": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("LIGHTNING_BOTTLENECK", None)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,  # rank 1 is a child of rank 0: a hang is ended as a group
+    )
+    try:
+        out, err = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the ranks hung (one stood down, the other waited in a collective)")
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = sorted(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RESULT"))
+    assert [r[0] for r in results] == ["0", "1"], done.stdout[-1000:]
+    assert all(r[1] == "6" and r[3] == "0" for r in results), results  # trained; no analysis anywhere
+    assert int(results[1][2]) > 100  # the user's session on rank 1 has its events
+    assert done.stderr.count("BottleneckCallback stands down") == 1
+    assert not (tmp_path / REPORT).exists()
+
+
 # ---------------------------------------------------------------------------------- 2. two callbacks
 def test_two_callbacks_one_analysis(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
