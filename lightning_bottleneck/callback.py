@@ -23,11 +23,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.autoload import stands_down
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.profiler_window import ProfilerWindow, WindowOptions, worker_name
-from lightning_bottleneck.publishing import publish
+from lightning_bottleneck.publishing import exit_note, publish
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.timing import StepTimer
 from lightning_bottleneck.vocabulary import (
@@ -227,6 +228,9 @@ class BottleneckCallback(Callback):
                 "(the callback's traces open in TensorBoard's PyTorch Profiler tab), or remove the callback."
             )
         self._reset()
+        if stands_down(self, trainer):  # another BottleneckCallback, or the user's own profiler session
+            self._disabled = True
+            return
         self._setup_paths(trainer)
 
     @_guarded
@@ -261,7 +265,7 @@ class BottleneckCallback(Callback):
             if _is_oom(exception):
                 self._oom = f"{type(exception).__name__}: {exception}"
             else:
-                self._notes.append(f"fit ended by {type(exception).__name__}: {str(exception)[:200]}")
+                self._notes.append(exit_note(exception))
             if not self._finalized and not self._disabled:
                 self._finalize(trainer, pl_module, gather=False)
         except Exception as err:
@@ -281,6 +285,9 @@ class BottleneckCallback(Callback):
     @_guarded
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._active_fit:
+            return
+        if stands_down(self, trainer, duplicates=False):  # a profiler started since setup
+            self._active_fit, self._disabled = False, True
             return
         from lightning_bottleneck.run_inspection import environment, run_config
 
@@ -415,6 +422,7 @@ class BottleneckCallback(Callback):
                     f"active={self.active}) completed; lower wait/warmup for short runs."
                 )
             window.stop(save=True)  # saves a partial active window, if any
+        self._notes += window.notes  # a trace that could not be written (a full disk)
         sites = []
         if self._tracker is not None:
             sites = self._tracker.sites()
@@ -467,12 +475,11 @@ class BottleneckCallback(Callback):
             trace_dir=self._trace_dir,
             baseline=self.baseline,
             verbose=self.verbose,
+            explicit_path=self.report_path is not None,
+            owner=self,
         )
 
     # ------------------------------------------------------------------ checkpointing / spawning
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
     def __getstate__(self) -> dict[str, Any]:
         """Only the options travel (``ddp_spawn`` pickles callbacks); run state starts fresh in setup."""
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}

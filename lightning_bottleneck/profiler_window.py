@@ -11,7 +11,10 @@ Lightning's ``ScheduleWrapper`` / ``RegisterRecordFunction`` beside ``PyTorchPro
 from __future__ import annotations
 
 import contextlib
+import gc
+import os
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 from lightning_bottleneck.trace.tb_compat import write_trace
 from lightning_bottleneck.vocabulary import PHASE_OPTIMIZER_STEP, label
 
-__all__ = ["ProfilerWindow", "WindowOptions", "worker_name"]
+__all__ = ["ProfilerWindow", "WindowOptions", "profiler_in_use", "worker_name"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class ProfilerWindow:
         self.done = False
         self.trace_files: list[str] = []
         self.labels: list[Any] = []  # open record_function labels, innermost last
+        self.notes: list[str] = []  # what went wrong while exporting (for the report)
         self._trace_dir: Path | None = None
         self._worker = "rank0"
 
@@ -176,12 +180,64 @@ class ProfilerWindow:
 
     # ------------------------------------------------------------------ export
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
+        """Export one finished cycle. A failure to write (a full disk) becomes a note, and no partial
+        file stays behind; the report is still made from what else was measured."""
         assert self._trace_dir is not None
-        self._trace_dir.mkdir(parents=True, exist_ok=True)
         path = self._trace_dir / f"{self._worker}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
-        raw = path.with_name(path.name[: -len(".gz")] + ".partial")
-        prof.export_chrome_trace(str(raw))
-        self.trace_files.append(str(write_trace(raw, path)))
+        raw: Path | None = None
+        try:
+            self._trace_dir.mkdir(parents=True, exist_ok=True)
+            # A new file created exclusively: nothing planted at a predictable name is followed.
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=self._trace_dir)
+            os.close(fd)
+            raw = Path(name)
+            prof.export_chrome_trace(str(raw))
+            if raw.stat().st_size == 0:  # Kineto logs "Failed to write to log file!" and returns
+                raise OSError("the profiler wrote no trace; is the disk full?")
+            self.trace_files.append(str(write_trace(raw, path)))
+        except Exception as err:
+            if raw is not None:
+                with contextlib.suppress(OSError):
+                    raw.unlink(missing_ok=True)
+            self.notes.append(
+                f"the profiler trace could not be written to {self._trace_dir} ({_reason(err)})."
+            )
+        finally:
+            if raw is not None:  # Kineto writes through <path>.tmp and may leave it behind on failure
+                with contextlib.suppress(OSError):
+                    raw.with_name(raw.name + ".tmp").unlink(missing_ok=True)
+
+
+def profiler_in_use() -> bool:
+    """True while another ``torch.profiler`` session runs in this process: only one can.
+
+    Recording sessions (the user's ``with torch.profiler.profile(): trainer.fit(...)``) show in the
+    autograd profiler's state. A scheduled session still in its ``wait`` steps shows nowhere yet, but would
+    crash the process when it starts recording next to this window's (torch 2.13 segfaults): it is found
+    among the live ``torch.profiler.profile`` objects as one that was started (its ``ProfilerStep#`` label
+    is open) and not stopped. Costs one pass of the garbage collector's object list, at setup only.
+    """
+    if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
+        return True
+    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
+    if enabled is not None and enabled():
+        return True
+    return any(getattr(p, "step_rec_fn", None) is not None for p in _profile_objects())
+
+
+def _profile_objects() -> list[torch.profiler.profile]:
+    """Live ``torch.profiler.profile`` objects (and of its subclasses): instances refer to their class."""
+    classes: list[type] = [torch.profiler.profile]
+    for cls in classes:  # grows while iterated: every subclass, however deep
+        subclasses: list[type] = cls.__subclasses__()
+        classes.extend(c for c in subclasses if c not in classes)
+    return [o for o in gc.get_referrers(*classes) if isinstance(o, torch.profiler.profile)]
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 def worker_name(rank: int) -> str:

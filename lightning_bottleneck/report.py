@@ -6,7 +6,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import numbers
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,14 +239,32 @@ class Report:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=str)
+        """Strict JSON (RFC 8259): a non-finite number (NaN, Infinity) becomes ``null``."""
+        return json.dumps(_finite(self.to_dict()), indent=indent, default=str, allow_nan=False)
 
     def write(self, path: str | Path) -> Path:
+        """Write the report atomically: a new file created exclusively beside ``path``, then renamed.
+
+        Nothing planted at a predictable temporary name (a symlink at ``<path>.tmp``) is followed, and
+        on any failure (a full disk, say) the temporary file is removed: ``path`` holds either the old
+        report or the whole new one.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
-        tmp.replace(path)
+        data = (self.to_json() + "\n").encode("utf-8")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchmod(
+                    fh.fileno(), 0o666 & ~_umask()
+                )  # mkstemp makes 0600; a report is as readable as any file
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return path
 
     @classmethod
@@ -272,6 +295,29 @@ class Report:
         from lightning_bottleneck.render import render_text
 
         return render_text(self)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite number (also numpy's) replaced by None, containers walked."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        x = float(value)
+        return x if math.isfinite(x) else None
+    return value
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _round_shares(shares: dict[str, float]) -> dict[str, float]:

@@ -142,7 +142,8 @@ class SyncTracker:
         self._active = False
         self._steps = 0
         self._depth = _Depth()
-        self._patches: list[tuple[Any, str, bool, Any]] = []  # (owner, name, had_own_attr, original)
+        # (owner, name, had_own_attr, original, our wrapper)
+        self._patches: list[tuple[Any, str, bool, Any, Any]] = []
         self._kinds: dict[int, tuple[int, CodeType]] = {}
         self._acc: dict[tuple[Any, ...], _Acc] = {}
         self._log_sites: dict[str, _LogSite] = {}
@@ -176,12 +177,19 @@ class SyncTracker:
         self._active = True
 
     def uninstall(self) -> None:
-        """Restore the exact originals (idempotent; never raises for a single failed restore)."""
+        """Restore the exact originals (idempotent; never raises for a single failed restore).
+
+        Only what is still ours is restored: when the user (or another library) replaced one of our
+        wrappers during fit, their function stays in place (ours, which theirs may call, passes every
+        call through once uninstalled).
+        """
         global _OWNER
         self._active = False
         while self._patches:
-            owner, name, had_own, original = self._patches.pop()
+            owner, name, had_own, original, wrapper = self._patches.pop()
             try:
+                if vars(owner).get(name) is not wrapper:
+                    continue  # replaced since: not ours to undo
                 if had_own:
                     setattr(owner, name, original)
                 else:
@@ -284,7 +292,7 @@ class SyncTracker:
     def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
         had_own = name in vars(owner)
         original = vars(owner)[name] if had_own else None
-        self._patches.append((owner, name, had_own, original))
+        self._patches.append((owner, name, had_own, original, wrapper))
         setattr(owner, name, wrapper)
 
     def _tensor_wrapper(

@@ -10,8 +10,11 @@ package's reader accepts both categories.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
 import re
+import tempfile
 from pathlib import Path
 
 _DATALOADER_ANNOTATION = re.compile(
@@ -24,14 +27,28 @@ def retag_dataloader_spans(raw: bytes) -> bytes:
 
 
 def write_trace(raw_json_path: Path, dest: Path) -> Path:
-    """Move an exported Chrome trace to ``dest`` (gzip when it ends in .gz), re-tagged for tb-profiler."""
-    raw = retag_dataloader_spans(raw_json_path.read_bytes())
-    tmp = dest.with_name(dest.name + ".tmp")
-    if dest.suffix == ".gz":
-        with gzip.open(tmp, "wb", compresslevel=1) as f:  # speed over size: traces are small
-            f.write(raw)
-    else:
-        tmp.write_bytes(raw)
-    tmp.replace(dest)
-    raw_json_path.unlink(missing_ok=True)
+    """Move an exported Chrome trace to ``dest`` (gzip when it ends in .gz), re-tagged for tb-profiler.
+
+    Written through a new file created exclusively beside ``dest`` and renamed; on any failure (a full
+    disk) neither that file nor ``raw_json_path`` stays behind, and the error propagates.
+    """
+    tmp: str | None = None
+    try:
+        raw = retag_dataloader_spans(raw_json_path.read_bytes())
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        with os.fdopen(fd, "wb") as fh:
+            if dest.suffix == ".gz":
+                with gzip.GzipFile(dest.name[: -len(".gz")], "wb", 1, fh) as gz:  # speed over size
+                    gz.write(raw)
+            else:
+                fh.write(raw)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+        tmp = None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            raw_json_path.unlink(missing_ok=True)
     return dest
