@@ -466,9 +466,19 @@ class BottleneckCallback(Callback):
             self._schedule(_NEVER)
 
     def _midrun_verdict(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Take the window's analysis, run the measurement stage, diagnose, publish (global rank zero)."""
-        self._collect_analysis()
-        self._run_measurements(trainer, pl_module)
+        """Take the window's analysis, run the measurement stage, diagnose, publish (global rank zero).
+
+        The time this takes is not training: the gap until the next batch is left out of the step timing
+        (as a validation run is) and the sync tracker does not count the trials' syncs."""
+        self._timer.pause()
+        if self._tracker is not None:
+            self._tracker.pause()
+        try:
+            self._collect_analysis()
+            self._run_measurements(trainer, pl_module)
+        finally:
+            if self._tracker is not None:
+                self._tracker.resume()
         report = diagnose(self._evidence(trainer, [self._summary] if self._summary else [], []))
         self._decorate(report)
         report.notes.append(
@@ -508,6 +518,7 @@ class BottleneckCallback(Callback):
                 cpu_end=self._cpu_end,
                 batch_size=config.batch_size,
                 persistent_workers=config.persistent_workers,
+                agree=self._gather.agree if self._world_size > 1 else None,
             )
         finally:
             self._batch = None

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -146,8 +147,12 @@ def measure(
     cpu_end: CpuSnapshot | None = None,
     batch_size: int | None = None,
     persistent_workers: bool | None = None,
+    agree: Callable[[list[bool]], list[bool]] | None = None,
 ) -> Measured:
-    """Run every part of the stage that applies; a part that fails becomes a note."""
+    """Run every part of the stage that applies; a part that fails becomes a note.
+
+    ``agree`` makes the plan (probe the loader? run the trials?) the same on every rank: a part that
+    one rank wants runs on all of them, so no rank waits long for another at the next collective."""
     out = Measured()
     try:
         out.run_length = run_length(trainer)
@@ -167,13 +172,16 @@ def measure(
             ops_per_step=summary.cpu_ops_per_step or None,
         )
     wait, stall = input_shares(summary, timing, out.run_length, persistent_workers)
-    if (
+    plan = [
         options.probe_loader
         and options.loader_budget_s > 0
-        and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM
-    ):
+        and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM,
+        options.trial_budget_s > 0 and batch is not None and wants_trials(summary),
+    ]
+    probe, trials = agree(plan) if agree is not None else plan
+    if probe:
         out.loader_ladder = _probe(trainer, options, _consumption_rate(summary, batch_size), out.notes)
-    if options.trial_budget_s > 0 and batch is not None and wants_trials(summary):
+    if trials and batch is not None:
         out.trials = _trials(trainer, pl_module, batch, batch_idx, options, out.notes)
     return out
 
