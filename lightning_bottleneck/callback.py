@@ -30,7 +30,7 @@ from lightning_bottleneck.contention import CpuSnapshot, take_snapshot
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.measurement import Measured, MeasureOptions, measure
+from lightning_bottleneck.measurement import Measured, MeasureOptions, measure, window_check
 from lightning_bottleneck.memory_trend import MemorySampler
 from lightning_bottleneck.profiler_window import ProfilerWindow, WindowOptions, worker_name
 from lightning_bottleneck.publishing import publish
@@ -604,6 +604,10 @@ class BottleneckCallback(Callback):
             self._summary, self._phases = analyse_trace_file(window.trace_files[-1], self._rank)
         if gather:  # a normal end: every rank gets here, so every rank runs the same plan
             self._run_measurements(trainer, pl_module)
+        if self._measured is not None and self._summary is not None:  # against the whole run now
+            self._measured.window_check = window_check(
+                self._summary, self._outside_steps(), self._measured.contention
+            )
         self._batch = None
         own = self._summary
         summaries = [own] if own is not None else []

@@ -37,7 +37,15 @@ from lightning_bottleneck.loader_ladder import LoaderLadder
 from lightning_bottleneck.rules import thresholds
 from lightning_bottleneck.trial_results import TrialReport
 
-__all__ = ["MeasureOptions", "Measured", "input_shares", "measure", "run_length", "wants_trials"]
+__all__ = [
+    "MeasureOptions",
+    "Measured",
+    "input_shares",
+    "measure",
+    "run_length",
+    "wants_trials",
+    "window_check",
+]
 
 #: Trials run when compute and overhead together take at least this share of the step: the overhead
 #: medium threshold (rules/thresholds.py), the smallest share whose fix the rules would advise.
@@ -118,6 +126,22 @@ def input_shares(
     return wait, stall
 
 
+def window_check(
+    summary: TraceSummary, outside_ms: list[float], contention: Contention | None
+) -> WindowCheck:
+    """Are the window's steps like the rest of the run's (always-on timing outside the window)?"""
+    import torch
+
+    return check_window(
+        summary.step_times_ms,
+        outside_ms,
+        contended=bool(contention and contention.busy),
+        intra_op_threads=torch.get_num_threads(),
+        free_cores=contention.free_cores if contention else None,
+        ops_per_step=summary.cpu_ops_per_step or None,
+    )
+
+
 def wants_trials(summary: TraceSummary | None) -> bool:
     if summary is None or not summary.num_steps:
         return False
@@ -161,16 +185,7 @@ def measure(
     if cpu_start is not None and cpu_end is not None:
         out.contention = assess(cpu_start, cpu_end)
     if summary is not None:
-        import torch
-
-        out.window_check = check_window(
-            summary.step_times_ms,
-            outside_ms,
-            contended=bool(out.contention and out.contention.busy),
-            intra_op_threads=torch.get_num_threads(),
-            free_cores=out.contention.free_cores if out.contention else None,
-            ops_per_step=summary.cpu_ops_per_step or None,
-        )
+        out.window_check = window_check(summary, outside_ms, out.contention)
     wait, stall = input_shares(summary, timing, out.run_length, persistent_workers)
     plan = [
         options.probe_loader

@@ -217,7 +217,7 @@ class _Leaky(Regressor):
         self.kept: list[torch.Tensor] = []
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        self.kept.append(torch.randn(256 * 1024))  # 1 MiB per step, never freed
+        self.kept.append(torch.randn(512 * 1024))  # 2 MiB per step, written (resident), never freed
         return super().training_step(batch, batch_idx)
 
 
@@ -235,9 +235,10 @@ def test_memory_creep_found_on_a_leaking_fit_and_not_on_a_normal_one(tmp_path: P
         assert cb.report is not None
         reports[name] = cb.report
     leak = _creep(reports["leaky"])
-    assert len(leak) == 1
-    assert 500 < leak[0].evidence["memory_creep_mb_per_1k_steps"] < 1500  # 1024 MB per 1000 steps
-    assert not _creep(reports["normal"])
+    assert len(leak) == 1, reports["leaky"].metrics["memory_trend"]
+    # 2048 MB per 1000 steps; freed memory the allocator still holds can absorb part of it
+    assert 1000 < leak[0].evidence["memory_creep_mb_per_1k_steps"] < 3000, leak[0].evidence
+    assert not _creep(reports["normal"]), reports["normal"].metrics["memory_trend"]
     assert len(reports["normal"].metrics["memory_trend"]["steps"]) >= 8
 
 
