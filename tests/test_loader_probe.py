@@ -371,3 +371,21 @@ def test_the_plan_and_the_ladder_import_neither_torch_nor_lightning() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_cheap_in_memory_samples_with_restarting_workers_may_drop_the_workers() -> None:
+    # Loading in-process is 200k samples/s; the 2 workers restart every 10-batch epoch for 0.4 s.
+    ladder = LoaderLadder([_rung(0, 200_000.0, 0.001), _rung(2, 15_000.0, 0.4)], BOUND_CPU, 16, 2)
+    cfg = RunConfig(num_workers=2, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
+    plan = plan_loader(
+        ladder,
+        cfg,
+        consumption_samples_per_s=16_000.0,
+        data_wait_share=0.3,
+        step_s=0.0014,
+        steps_per_epoch=10,
+        epoch_start_stall_s=0.4,
+    )
+    first = plan.recommendations[0]
+    assert first.settings == {"num_workers": 0} and "training process" in first.title
+    assert first.expected_speedup is not None and first.expected_speedup > 5
