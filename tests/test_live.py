@@ -6,6 +6,9 @@ Real tiny Lightning fits on CPU with small budgets (the whole file stays well un
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -211,35 +214,56 @@ def test_iterable_dataset_is_not_probed(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------- memory creep
 
 
-class _Leaky(Regressor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.kept: list[torch.Tensor] = []
+_CREEP_SCRIPT = r"""
+import json, sys
+import torch
+from torch.utils.data import DataLoader
+from conftest import quiet_trainer
+from scenarios import Regressor, in_memory
+from lightning_bottleneck import BottleneckCallback
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+class Leaky(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.kept = []
+
+    def training_step(self, batch, batch_idx):
         self.kept.append(torch.randn(512 * 1024))  # 2 MiB per step, written (resident), never freed
         return super().training_step(batch, batch_idx)
 
-
-def _creep(report: Any) -> list:
-    return [f for f in report.findings if "memory_creep_mb_per_1k_steps" in f.evidence]
+out = {}
+for name, model in (("leaky", Leaky()), ("normal", Regressor())):
+    cb = BottleneckCallback(wait=1, warmup=1, active=3, verbose=False, probe_loader=False, trial_budget_s=0)
+    torch.manual_seed(0)
+    trainer = quiet_trainer(sys.argv[1] + "/" + name, [cb], max_steps=160)
+    trainer.fit(model, DataLoader(in_memory(2560, 32), batch_size=16))
+    creep = [f.evidence for f in cb.report.findings if "memory_creep_mb_per_1k_steps" in f.evidence]
+    out[name] = {"creep": creep, "trend": cb.report.metrics["memory_trend"]}
+print("RESULT " + json.dumps(out))
+"""
 
 
 def test_memory_creep_found_on_a_leaking_fit_and_not_on_a_normal_one(tmp_path: Path) -> None:
-    reports = {}
-    for name, model in (("leaky", _Leaky()), ("normal", Regressor())):
-        cb = BottleneckCallback(**SMALL_WINDOW, **OFF)
-        torch.manual_seed(0)
-        trainer = quiet_trainer(tmp_path / name, [cb], max_steps=160)
-        trainer.fit(model, DataLoader(in_memory(2560, 32), batch_size=16))
-        assert cb.report is not None
-        reports[name] = cb.report
-    leak = _creep(reports["leaky"])
-    assert len(leak) == 1, reports["leaky"].metrics["memory_trend"]
-    # 2048 MB per 1000 steps; freed memory the allocator still holds can absorb part of it
-    assert 1000 < leak[0].evidence["memory_creep_mb_per_1k_steps"] < 3000, leak[0].evidence
-    assert not _creep(reports["normal"]), reports["normal"].metrics["memory_trend"]
-    assert len(reports["normal"].metrics["memory_trend"]["steps"]) >= 8
+    # a fresh interpreter: memory freed by earlier tests and still held by the allocator would absorb
+    # part of the leak (RSS does not grow while freed pages are reused)
+    tests = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), str(tests.parent / "examples")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _CREEP_SCRIPT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    leak, normal = out["leaky"], out["normal"]
+    assert len(leak["creep"]) == 1, leak["trend"]
+    assert 1000 < leak["creep"][0]["memory_creep_mb_per_1k_steps"] < 3000, leak[
+        "creep"
+    ]  # 2048 MB / 1000 steps
+    assert not normal["creep"], normal["trend"]
+    assert len(normal["trend"]["steps"]) >= 8
 
 
 def test_memory_creep_rule_on_synthetic_trends() -> None:
