@@ -7,8 +7,9 @@ Runs the same CPU fit, interleaved over several rounds (so drift hits every vari
                               measurement stage: loader probe when input matters, trials when compute does)
 * ``callback-no-measure``  : the callback with the measurement stage off (``probe_loader=False,
                               trial_budget_s=0``): the window, its off-thread analysis and the report
-* ``callback-outside``     : the callback with its window pushed past the end of the run: the always-on
-                              cost (step timing + sync hooks) alone
+* ``callback-outside``     : the callback with its window pushed past the end of the run and the
+                              measurement stage off: the always-on cost (step timing, sync hooks, memory
+                              samples) alone
 * ``SimpleProfiler``       : Lightning's ``Trainer(profiler="simple")``
 * ``PyTorchProfiler``      : Lightning's ``Trainer(profiler="pytorch")``
 
@@ -74,7 +75,9 @@ def make_fit(steps: int, variant: str) -> Callable[[], float]:
         elif variant == "callback-no-measure":
             callbacks.append(BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0))
         elif variant == "callback-outside":
-            callbacks.append(BottleneckCallback(skip_first=10 * steps, verbose=False))
+            callbacks.append(
+                BottleneckCallback(skip_first=10 * steps, verbose=False, probe_loader=False, trial_budget_s=0)
+            )
         elif variant == "SimpleProfiler":
             kwargs["profiler"] = "simple"
         elif variant == "PyTorchProfiler":

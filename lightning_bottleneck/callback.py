@@ -521,6 +521,7 @@ class BottleneckCallback(Callback):
                 cpu_start=self._cpu_start,
                 cpu_end=self._cpu_end,
                 batch_size=config.batch_size,
+                num_workers=config.num_workers,
                 persistent_workers=config.persistent_workers,
                 agree=self._gather.agree if self._world_size > 1 else None,
             )

@@ -105,21 +105,26 @@ def input_shares(
     summary: TraceSummary | None,
     timing: TimingStats | None,
     length: RunLength | None,
+    num_workers: int | None,
     persistent: bool | None,
 ) -> tuple[float, float]:
-    """(steady-state data-wait share, epoch-start stall share of the whole run's step time)."""
+    """(steady-state data-wait share, epoch-start stall share of the whole run's step time).
+
+    An epoch start counts as a stall above the rules' floor (``EPOCH_STALL_MIN_MS``). Workers that restart
+    every epoch (``num_workers > 0`` without ``persistent_workers``) pay the largest observed start-up at
+    every epoch of the run; otherwise only the starts observed so far count (the first epoch's one-off
+    set-up is not projected onto the others)."""
     wait = summary.data_wait if summary is not None and summary.num_steps else 0.0
     if timing is not None and timing.step_ms:
         wait = max(wait, timing.data_wait_share)
     stall = 0.0
-    if timing is not None and timing.epoch_start_wait_ms:
+    starts = [x for x in (timing.epoch_start_wait_ms if timing else []) if x >= thresholds.EPOCH_STALL_MIN_MS]
+    if timing is not None and starts:
         steps_ms = timing.step_ms or (summary.step_times_ms if summary else [])
         step_ms = median(steps_ms) if steps_ms else 0.0
-        # the first epoch's start pays for worker start-up on every run; later ones only without
-        # persistent workers: use the largest observed start when workers restart, the first otherwise
-        per_epoch_ms = max(timing.epoch_start_wait_ms)
+        restarts = bool(num_workers) and not persistent
         epochs = (length.epochs if length and length.epochs else len(timing.epoch_start_wait_ms)) or 1
-        stalls_ms = per_epoch_ms * (1 if persistent else epochs)
+        stalls_ms = max(starts) * epochs if restarts else sum(starts)
         steps = length.total_steps if length and length.total_steps else max(timing.steps, 1)
         total_ms = steps * step_ms + stalls_ms
         stall = stalls_ms / total_ms if total_ms > 0 else 0.0
@@ -170,6 +175,7 @@ def measure(
     cpu_start: CpuSnapshot | None = None,
     cpu_end: CpuSnapshot | None = None,
     batch_size: int | None = None,
+    num_workers: int | None = None,
     persistent_workers: bool | None = None,
     agree: Callable[[list[bool]], list[bool]] | None = None,
 ) -> Measured:
@@ -186,7 +192,7 @@ def measure(
         out.contention = assess(cpu_start, cpu_end)
     if summary is not None:
         out.window_check = window_check(summary, outside_ms, out.contention)
-    wait, stall = input_shares(summary, timing, out.run_length, persistent_workers)
+    wait, stall = input_shares(summary, timing, out.run_length, num_workers, persistent_workers)
     plan = [
         options.probe_loader
         and options.loader_budget_s > 0
