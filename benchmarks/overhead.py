@@ -3,15 +3,20 @@
 Runs the same CPU fit, interleaved over several rounds (so drift hits every variant alike):
 
 * ``bare``                 : no profiling at all
-* ``callback``             : BottleneckCallback() at its defaults (5/5/5 window, sync hooks, report)
-* ``callback-outside``     : the callback with its window pushed past the end of the run: the always-on
-                              cost (step timing + sync hooks) alone
+* ``callback``             : BottleneckCallback() at its defaults (5/5/5 window, sync hooks, report, the
+                              measurement stage: loader probe when input matters, trials when compute does)
+* ``callback-no-measure``  : the callback with the measurement stage off (``probe_loader=False,
+                              trial_budget_s=0``): the window, its off-thread analysis and the report
+* ``callback-outside``     : the callback with its window pushed past the end of the run and the
+                              measurement stage off: the always-on cost (step timing, sync hooks, memory
+                              samples) alone
 * ``SimpleProfiler``       : Lightning's ``Trainer(profiler="simple")``
 * ``PyTorchProfiler``      : Lightning's ``Trainer(profiler="pytorch")``
 
-and prints the median wall time of ``trainer.fit`` and its ratio to ``bare``.
+and prints the median wall time of ``trainer.fit`` and its ratio to ``bare``, for a short fit (~1-2 s, where
+the callback's fixed cost shows most) and a long one (where the window is a small part of the run).
 
-    python benchmarks/overhead.py [--steps 300] [--rounds 5]
+    python benchmarks/overhead.py [--short-steps 400] [--long-steps 2000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -67,8 +72,12 @@ def make_fit(steps: int, variant: str) -> Callable[[], float]:
         callbacks: list[Any] = []
         if variant == "callback":
             callbacks.append(BottleneckCallback(verbose=False))
+        elif variant == "callback-no-measure":
+            callbacks.append(BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0))
         elif variant == "callback-outside":
-            callbacks.append(BottleneckCallback(skip_first=10 * steps, verbose=False))
+            callbacks.append(
+                BottleneckCallback(skip_first=10 * steps, verbose=False, probe_loader=False, trial_budget_s=0)
+            )
         elif variant == "SimpleProfiler":
             kwargs["profiler"] = "simple"
         elif variant == "PyTorchProfiler":
@@ -95,44 +104,66 @@ def make_fit(steps: int, variant: str) -> Callable[[], float]:
 
 
 def hook_cost_ns(n: int = 200_000) -> float:
-    """ns per training step of the always-on path outside the window (timing + sync-tracker step count)."""
+    """ns per training step of the always-on path outside the window (timing + sync-tracker step count +
+    the counter check for due work, with a memory sample every 10 steps)."""
+    from lightning_bottleneck.memory_trend import MemorySampler
     from lightning_bottleneck.sync_hooks import SyncTracker
     from lightning_bottleneck.timing import StepTimer
 
-    timer, tracker = StepTimer(), SyncTracker()
+    timer, tracker, memory = StepTimer(), SyncTracker(), MemorySampler()
     timer.epoch_start()
     t0 = time.perf_counter_ns()
     for _ in range(n):
         timer.batch_start()
         timer.batch_end()
         tracker.step()
+        if timer.steps >= memory.next_step:
+            memory.sample(timer.steps)
     return (time.perf_counter_ns() - t0) / n
+
+
+def run_table(steps: int, rounds: int, variants: list[str]) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(rounds):
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
+        for v in order:
+            times[v].append(make_fit(steps, v)())
+    return times
+
+
+def print_table(label: str, steps: int, rounds: int, times: dict[str, list[float]]) -> float:
+    base = statistics.median(times["bare"])
+    print(f"{label} fit of {steps} steps (CPU, 1 thread), median of {rounds} interleaved rounds")
+    print(f"{'variant':<20} {'median s':>9} {'min s':>8} {'vs bare':>8}")
+    for v, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{v:<20} {med:9.3f} {min(ts):8.3f} {med / base:8.3f}x")
+    return base
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--short-steps", type=int, default=400)
+    parser.add_argument("--long-steps", type=int, default=2000, help="0 skips the long fit")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-peers", action="store_true", help="skip SimpleProfiler and PyTorchProfiler")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    variants = ["bare", "callback", "callback-outside", "SimpleProfiler", "PyTorchProfiler"]
-    times: dict[str, list[float]] = {v: [] for v in variants}
+    variants = ["bare", "callback", "callback-no-measure", "callback-outside"]
+    if not args.no_peers:
+        variants += ["SimpleProfiler", "PyTorchProfiler"]
     make_fit(20, "bare")()  # warm caches/imports once
-    for r in range(args.rounds):
-        order = variants[r % len(variants) :] + variants[: r % len(variants)]
-        for v in order:
-            times[v].append(make_fit(args.steps, v)())
-    base = statistics.median(times["bare"])
-    per_step_ms = base / args.steps * 1e3
+    base = print_table(
+        "short", args.short_steps, args.rounds, run_table(args.short_steps, args.rounds, variants)
+    )
+    per_step_ms = base / args.short_steps * 1e3
+    if args.long_steps:
+        print()
+        print_table("long", args.long_steps, args.rounds, run_table(args.long_steps, args.rounds, variants))
     hook_ns = hook_cost_ns()
-    print(f"fit of {args.steps} steps (CPU, 1 thread), median of {args.rounds} interleaved rounds")
-    print(f"{'variant':<18} {'median s':>9} {'min s':>8} {'vs bare':>8}")
-    for v in variants:
-        med = statistics.median(times[v])
-        print(f"{v:<18} {med:9.3f} {min(times[v]):8.3f} {med / base:8.3f}x")
     print(
         f"always-on hooks outside the window: {hook_ns / 1e3:.2f} us per step = "
-        f"{hook_ns / 1e6 / per_step_ms * 100:.3f}% of this run's {per_step_ms:.2f} ms bare step"
+        f"{hook_ns / 1e6 / per_step_ms * 100:.3f}% of the short run's {per_step_ms:.2f} ms bare step"
     )
 
 

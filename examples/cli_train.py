@@ -1,5 +1,9 @@
 """LightningCLI with the callback, from the command line or a config file.
 
+Bounded by default (``--trainer.max_steps=60``: a few seconds on a laptop CPU; the verdict is printed
+when the profiling window has been analysed, then refreshed at the end of fit). Pass another
+``--trainer.max_steps`` or ``--trainer.max_epochs`` for a longer run.
+
     # the short flag: the class name is enough once lightning_bottleneck is imported
     python examples/cli_train.py fit --data.name=input --trainer.max_steps=20 \
         --trainer.callbacks+=BottleneckCallback --trainer.callbacks.wait=2 --trainer.callbacks.warmup=2
@@ -25,7 +29,13 @@ from scenarios import Regressor, ScenarioData
 
 
 def main(args: list[str] | None = None) -> LightningCLI:
-    return LightningCLI(Regressor, ScenarioData, args=args, save_config_callback=None)
+    return LightningCLI(
+        Regressor,
+        ScenarioData,
+        args=args,
+        save_config_callback=None,
+        trainer_defaults={"max_steps": 60},  # without it Lightning runs 1000 epochs (minutes)
+    )
 
 
 if __name__ == "__main__":

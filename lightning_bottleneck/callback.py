@@ -9,9 +9,12 @@ the verdict to :func:`~lightning_bottleneck.diagnose.diagnose` (the same Trainer
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import math
 import os
-import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,26 +25,40 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.autoload import stands_down
+from lightning_bottleneck.contention import CpuSnapshot, take_snapshot
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.measurement import Measured, MeasureOptions, measure, window_check
+from lightning_bottleneck.memory_trend import MemorySampler
 from lightning_bottleneck.profiler_window import ProfilerWindow, WindowOptions, worker_name
 from lightning_bottleneck.publishing import exit_note, publish
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.timing import StepTimer
+from lightning_bottleneck.verdict_outputs import publish_picture, publish_scalars
 from lightning_bottleneck.vocabulary import (
     NAMESPACE,
     PHASE_BACKWARD,
     PHASE_TRAINING_STEP,
     PHASE_VALIDATION,
 )
+from lightning_bottleneck.window_analysis import WindowAnalysis, analyse_trace_file
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 REPORT_FILENAME = "bottleneck_report.json"
 TRACE_SUBDIR = "bottleneck"  # a run in torch-tb-profiler's run list: <log_dir>/bottleneck
+#: Under DDP the mid-run verdict is taken this many training steps after the window closed, joining the
+#: analysis thread there, so that every rank runs the measurement stage at the same step (a 15-step
+#: window's trace reads in well under a second: 10 steps leave it time on any but the fastest loops).
+#: A single process takes it at the first batch end after the thread finished, at the latest here too.
+MIDRUN_DELAY_STEPS = 10
+#: Seconds the end of fit / teardown waits for a still-running analysis thread before giving up on it.
+JOIN_TIMEOUT_S = 120.0
+_NEVER = 2**62
 
 
 def _guarded(fn: F) -> F:
@@ -66,6 +83,19 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
             f"BottleneckCallback(`{name}`) must be an integer >= {minimum}, got {value!r}."
         )
     return value
+
+
+def _check_seconds(name: str, value: Any, what: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise MisconfigurationException(
+            f"BottleneckCallback(`{name}`) must be a number of seconds >= 0 ({what}), got {value!r}."
+        )
+    return float(value)
 
 
 def _check_bool(name: str, value: Any) -> bool:
@@ -135,6 +165,10 @@ class BottleneckCallback(Callback):
         verbose: bool = True,
         gather_timeout: float = 120.0,
         baseline: str | None = None,
+        probe_loader: bool = True,
+        loader_budget_s: float = 3.0,
+        trial_budget_s: float = 5.0,
+        compile_budget_s: float = 60.0,
     ) -> None:
         super().__init__()
         self.wait = _check_int("wait", wait, 0)
@@ -167,7 +201,16 @@ class BottleneckCallback(Callback):
                 f"BottleneckCallback(`gather_timeout`) must be a positive number of seconds, got {gather_timeout!r}."
             )
         self.gather_timeout = float(gather_timeout)
+        self.probe_loader = _check_bool("probe_loader", probe_loader)
+        self.loader_budget_s = _check_seconds(
+            "loader_budget_s", loader_budget_s, "0 turns the loader probe off"
+        )
+        self.trial_budget_s = _check_seconds("trial_budget_s", trial_budget_s, "0 turns the trials off")
+        self.compile_budget_s = _check_seconds(
+            "compile_budget_s", compile_budget_s, "on top of trial_budget_s; 0 skips the torch.compile trial"
+        )
         self.report: Report | None = None
+        self.midrun_report: Report | None = None
         self._reset()
 
     # ------------------------------------------------------------------ state
@@ -201,7 +244,23 @@ class BottleneckCallback(Callback):
         self._tracker: Any = None
         self._scalar_every = 0
         self._rank = 0
+        self._world_size = 1
         self._gather = RankGather(self.gather_timeout)
+        # after the window: the analysis thread, the step at which the verdict is taken, what it needs
+        self._analysis: WindowAnalysis | None = None
+        self._measure_at = _NEVER
+        self._next_work = _NEVER  # one comparison per batch end: memory sample or mid-run verdict due
+        self._batch: Any = None  # the last profiled step's batch (for the trials), released after them
+        self._batch_idx = 0
+        self._cpu_start: CpuSnapshot | None = None
+        self._cpu_end: CpuSnapshot | None = None
+        self._window_ring: tuple[int, int] | None = None  # step_ms ring positions of the window's steps
+        self._summary: TraceSummary | None = None
+        self._phases: StepPhases | None = None
+        self._measured: Measured | None = None
+        self._memory: MemorySampler | None = None
+        self._picture: threading.Thread | None = None
+        self.midrun_report = None
 
     @property
     def schedule_length(self) -> int:
@@ -274,8 +333,17 @@ class BottleneckCallback(Callback):
             self._release()
 
     def _release(self) -> None:
-        """Undo everything, never raising: labels and profiler (a partial window is discarded), patches."""
+        """Undo everything, never raising: labels and profiler (a partial window is discarded), patches,
+        the analysis thread (joined), the kept batch."""
         self._profiling = False
+        self._next_work = _NEVER
+        self._batch = None
+        analysis = self._analysis
+        if analysis is not None:
+            with contextlib.suppress(Exception):
+                analysis.join(JOIN_TIMEOUT_S)
+        with contextlib.suppress(Exception):
+            self._join_picture()
         self._window.release()
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
@@ -299,6 +367,9 @@ class BottleneckCallback(Callback):
             else self.log_every_n_steps
         )
         self._scalar_every = every if trainer.loggers else 0
+        self._world_size = trainer.world_size
+        self._memory = _memory_sampler(trainer)
+        self._next_work = self._memory.next_step if self._memory is not None else _NEVER
         if self.track_syncs:
             from lightning_bottleneck.sync_hooks import SyncTracker
 
@@ -354,18 +425,126 @@ class BottleneckCallback(Callback):
             self._window.close_all()
         if self._tracker is not None:
             self._tracker.step()
-        if self._profiling and self._window.advance():
-            self._profiling = False
-            self._finish_window(trainer, pl_module)
+        if self._profiling:
+            self._batch, self._batch_idx = batch, batch_idx  # a reference, released after the trials
+            if self._window.advance():
+                self._profiling = False
+                self._finish_window(trainer, pl_module)
+            elif self._cpu_start is None and self._window.recording():
+                self._window_started()
+        if self._timer.steps >= self._next_work:
+            self._due(trainer, pl_module)
         if self._scalar_every and self._timer.steps % self._scalar_every == 0:
             self._log_scalars(trainer)
+
+    def _window_started(self) -> None:
+        """The profiler records from the next step on (warm-up): the busy-machine snapshot, the ring mark."""
+        self._cpu_start = take_snapshot(threads=torch.get_num_threads())
+        self._window_ring = (self._timer.step_ms.n, self._timer.step_ms.n)
 
     def _finish_window(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """The profiling window just closed and its traces are written; training goes on.
 
-        The seam for work that follows the window (a mid-run verdict, loader and model trials): nothing
-        here yet, the verdict comes at the end of fit.
+        Its trace is read in a background thread; the verdict is taken at a later batch end
+        (:meth:`_due`) and published mid-run.
         """
+        self._cpu_end = take_snapshot(threads=torch.get_num_threads())
+        if self._window_ring is not None:
+            self._window_ring = (self._window_ring[0], self._timer.step_ms.n)
+        if not self._window.trace_files:
+            return
+        self._analysis = WindowAnalysis.start(self._window.trace_files[-1], self._rank)
+        self._measure_at = self._timer.steps + MIDRUN_DELAY_STEPS
+        # a single process looks at the thread at every batch end; DDP ranks all wait for the fixed step
+        self._schedule(self._timer.steps + 1 if self._world_size == 1 else self._measure_at)
+
+    def _schedule(self, at: int) -> None:
+        mem = self._memory.next_step if self._memory is not None else _NEVER
+        self._next_work = min(at, mem)
+
+    def _due(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A memory sample or the mid-run verdict is due (rare: every few steps at most)."""
+        steps = self._timer.steps
+        if self._memory is not None and steps >= self._memory.next_step:
+            self._memory.sample(steps)
+        pending = self._analysis is not None and self._measured is None
+        if pending and (steps >= self._measure_at or (self._world_size == 1 and self._analysis.done)):  # type: ignore[union-attr]
+            self._midrun_verdict(trainer, pl_module)
+            pending = False
+        if pending:
+            self._schedule(steps + 1 if self._world_size == 1 else self._measure_at)
+        else:
+            self._schedule(_NEVER)
+
+    def _midrun_verdict(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Take the window's analysis, run the measurement stage, diagnose, publish (global rank zero).
+
+        The time this takes is not training: the gap until the next batch is left out of the step timing
+        (as a validation run is) and the sync tracker does not count the trials' syncs."""
+        self._timer.pause()
+        if self._tracker is not None:
+            self._tracker.pause()
+        try:
+            self._collect_analysis()
+            self._run_measurements(trainer, pl_module)
+        finally:
+            if self._tracker is not None:
+                self._tracker.resume()
+        report = diagnose(self._evidence(trainer, [self._summary] if self._summary else [], []))
+        self._decorate(report)
+        report.notes.append(
+            f"Mid-run verdict at step {self._timer.steps} (global step {trainer.global_step}); "
+            "training goes on and this report is refreshed with the whole run's timing at the end of fit."
+        )
+        self.midrun_report = report
+        if trainer.is_global_zero:
+            self._publish(trainer, report)
+
+    def _collect_analysis(self) -> None:
+        analysis = self._analysis
+        if analysis is None or self._summary is not None:
+            return
+        try:
+            self._summary, self._phases = analysis.result(JOIN_TIMEOUT_S)
+        except Exception as err:
+            self._notes.append(f"the window's trace could not be analysed: {type(err).__name__}: {err}")
+
+    def _run_measurements(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._measured is not None:
+            return
+        config = self._config or RunConfig()
+        try:
+            self._measured = measure(
+                trainer,
+                pl_module,
+                MeasureOptions(
+                    self.probe_loader, self.loader_budget_s, self.trial_budget_s, self.compile_budget_s
+                ),
+                summary=self._summary,
+                timing=self._timing(),
+                outside_ms=self._outside_steps(),
+                batch=self._batch,
+                batch_idx=self._batch_idx,
+                cpu_start=self._cpu_start,
+                cpu_end=self._cpu_end,
+                batch_size=config.batch_size,
+                num_workers=config.num_workers,
+                persistent_workers=config.persistent_workers,
+                agree=self._gather.agree if self._world_size > 1 else None,
+            )
+        finally:
+            self._batch = None
+        self._notes += self._measured.notes
+
+    def _outside_steps(self) -> list[float]:
+        """Always-on step times outside the profiled window (its steps cut out of the ring by position)."""
+        ring = self._timer.step_ms
+        values = ring.values()
+        first = max(0, ring.n - ring.capacity)  # absolute position of values[0]
+        if self._window_ring is None:
+            return values
+        lo, hi = self._window_ring
+        return [v for i, v in enumerate(values, start=first) if not lo <= i < hi]
 
     def _log_scalars(self, trainer: pl.Trainer) -> None:
         median_ms, wait_share = self._timer.rolling(max(1, self._scalar_every))
@@ -408,9 +587,12 @@ class BottleneckCallback(Callback):
             self._finalize(trainer, pl_module)
 
     def _finalize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gather: bool = True) -> None:
-        """Close the window, build the evidence, diagnose (every rank), publish (global rank zero)."""
+        """Close the window, finish its analysis (and, on a normal end, the measurement stage if the run
+        ended before the mid-run verdict), diagnose with the whole run's timing (every rank), publish
+        (global rank zero) with what changed since the mid-run verdict."""
         self._finalized = True
         self._profiling = False
+        self._next_work = _NEVER
         window = self._window
         if window.labels:
             window.close_all()
@@ -422,15 +604,25 @@ class BottleneckCallback(Callback):
                     f"active={self.active}) completed; lower wait/warmup for short runs."
                 )
             window.stop(save=True)  # saves a partial active window, if any
+            if self._cpu_start is not None and self._cpu_end is None:
+                self._cpu_end = take_snapshot(threads=torch.get_num_threads())
         self._notes += window.notes  # a trace that could not be written (a full disk)
         sites = []
         if self._tracker is not None:
             sites = self._tracker.sites()
             self._tracker.uninstall()
             self._tracker = None
-        from lightning_bottleneck.run_inspection import memory_stats
-
-        own = self._own_summary()
+        self._collect_analysis()
+        if self._summary is None and self._analysis is None and window.trace_files:
+            self._summary, self._phases = analyse_trace_file(window.trace_files[-1], self._rank)
+        if gather:  # a normal end: every rank gets here, so every rank runs the same plan
+            self._run_measurements(trainer, pl_module)
+        if self._measured is not None and self._summary is not None:  # against the whole run now
+            self._measured.window_check = window_check(
+                self._summary, self._outside_steps(), self._measured.contention
+            )
+        self._batch = None
+        own = self._summary
         summaries = [own] if own is not None else []
         trace_files = list(window.trace_files)
         if gather:
@@ -438,37 +630,74 @@ class BottleneckCallback(Callback):
             summaries = merged.summaries
             trace_files += merged.trace_files
             self._notes += merged.notes
-        evidence = Evidence(
+        self.report = diagnose(self._evidence(trainer, summaries, sites, trace_files))
+        self._decorate(self.report)
+        if self.midrun_report is not None:
+            self.report.notes.append(_since_midrun(self.midrun_report, self.report))
+            self.report.metrics["midrun"] = _verdict_summary(self.midrun_report)
+        if trainer.is_global_zero:
+            self._publish(trainer, self.report)
+
+    def _timing(self) -> Any:
+        config = self._config
+        return self._timer.stats(float(config.batch_size) if config and config.batch_size else None)
+
+    def _evidence(
+        self,
+        trainer: pl.Trainer,
+        summaries: list[TraceSummary],
+        sites: list[Any],
+        trace_files: list[str] | None = None,
+    ) -> Evidence:
+        from lightning_bottleneck.run_inspection import memory_stats
+
+        measured = self._measured or Measured()
+        return Evidence(
             summaries=summaries,
-            timing=self._timer.stats(
-                float(self._config.batch_size) if self._config and self._config.batch_size else None
-            ),
+            timing=self._timing(),
             sync_sites=sites,
             memory=memory_stats(trainer),
             oom=self._oom,
             config=self._config or RunConfig(),
             environment=self._env,
-            trace_files=trace_files,
-            notes=self._notes,
+            trace_files=list(self._window.trace_files) if trace_files is None else trace_files,
+            notes=list(self._notes),
             rank=trainer.global_rank,
+            run_length=measured.run_length,
+            loader_ladder=measured.loader_ladder,
+            trials=measured.trials,
+            contention=measured.contention,
+            window_check=measured.window_check,
+            memory_trend=self._memory.trend() if self._memory is not None else None,
         )
-        self.report = diagnose(evidence)
-        if trainer.is_global_zero:
-            self._publish(trainer, self.report)
 
-    def _own_summary(self) -> TraceSummary | None:
-        """This rank's trace summary: the last cycle's trace (the latest warm state), or None."""
-        if not self._window.trace_files:
-            return None
-        from lightning_bottleneck.analysis.trace_file import summarize_file
+    def _decorate(self, report: Report) -> None:
+        """What was measured, under ``metrics`` (kept when diagnose already put it there), and the memory
+        creep finding."""
+        from lightning_bottleneck.rules.memory_creep import memory_creep_findings
 
-        summary = summarize_file(self._window.trace_files[-1])
-        summary.rank = self._rank
-        summary.host = socket.gethostname()
-        return summary
+        measured = self._measured
+        metrics = report.metrics
+        if measured is not None:
+            if measured.run_length is not None:
+                metrics.setdefault("run_length", dataclasses.asdict(measured.run_length))
+            for key, value in (
+                ("loader_ladder", measured.loader_ladder),
+                ("trials", measured.trials),
+                ("contention", measured.contention),
+                ("window_check", measured.window_check),
+            ):
+                if value is not None:
+                    metrics.setdefault(key, value.to_dict())
+        if self._memory is not None:
+            trend = self._memory.trend()
+            metrics.setdefault("memory_trend", trend.to_dict())
+            total = measured.run_length.total_steps if measured and measured.run_length else None
+            if not any("memory_creep_mb_per_1k_steps" in f.evidence for f in report.findings):
+                report.findings += memory_creep_findings(trend, total)
 
     def _publish(self, trainer: pl.Trainer, report: Report) -> None:
-        publish(
+        written = publish(
             trainer,
             report,
             report_file=self._report_file,
@@ -478,6 +707,20 @@ class BottleneckCallback(Callback):
             explicit_path=self.report_path is not None,
             owner=self,
         )
+        publish_scalars(trainer, report)
+        self._join_picture()
+        # the image again at the end of fit only when the verdict or the first advice changed (~0.2 s)
+        changed = (
+            self.midrun_report is None or report is self.midrun_report or _changed(self.midrun_report, report)
+        )
+        self._picture = publish_picture(
+            trainer, report, self._phases, written or self._report_file, image=changed
+        )
+
+    def _join_picture(self) -> None:
+        picture, self._picture = self._picture, None
+        if picture is not None:
+            picture.join(JOIN_TIMEOUT_S)
 
     # ------------------------------------------------------------------ checkpointing / spawning
     def __getstate__(self) -> dict[str, Any]:
@@ -489,6 +732,42 @@ class BottleneckCallback(Callback):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
+
+
+def _memory_sampler(trainer: pl.Trainer) -> MemorySampler:
+    """CUDA allocated memory on a CUDA run (a counter read, no sync), else the process RSS."""
+    if trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available():
+        device = trainer.strategy.root_device
+        return MemorySampler(
+            reader=lambda: torch.cuda.memory_allocated(device) / 2**20, source="cuda_allocated"
+        )
+    return MemorySampler()
+
+
+def _verdict_summary(report: Report) -> dict[str, Any]:
+    first = report.recommendations[0].title if report.recommendations else None
+    return {"primary": report.primary.value, "confidence": report.confidence, "first_advice": first}
+
+
+def _changed(before: Report, after: Report) -> bool:
+    b, a = _verdict_summary(before), _verdict_summary(after)
+    return bool(b["primary"] != a["primary"] or b["first_advice"] != a["first_advice"])
+
+
+def _since_midrun(before: Report, after: Report) -> str:
+    """One note: what changed between the mid-run verdict and the end-of-fit one."""
+    b, a = _verdict_summary(before), _verdict_summary(after)
+    verdict = (
+        f"the same verdict ({a['primary']})"
+        if b["primary"] == a["primary"]
+        else f"a different verdict: {b['primary']} mid-run, {a['primary']} over the whole run"
+    )
+    advice = (
+        "the same first advice"
+        if b["first_advice"] == a["first_advice"]
+        else f"first advice changed from {b['first_advice']!r} to {a['first_advice']!r}"
+    )
+    return f"Since the mid-run verdict: {verdict}, {advice} (now with the whole run's step timing)."
 
 
 def _is_oom(exception: BaseException) -> bool:

@@ -125,6 +125,23 @@ class RankGather:
             result.missing = [r for r in range(self.world_size) if r not in seen]
         return result
 
+    def agree(self, flags: list[bool]) -> list[bool]:
+        """Each flag set on any rank is set on all (a MAX all-reduce over the gloo group), so that every
+        rank runs the same measurement plan; this rank's flags alone when not distributed or on failure.
+        Collective: every rank calls it at the same training step."""
+        dist = _dist()
+        if dist is None or self._group is None:
+            return list(flags)
+        try:
+            t = torch.tensor([int(f) for f in flags], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
+            return [bool(v) for v in t.tolist()]
+        except Exception as err:
+            self.notes.append(
+                f"rank {self.rank}: ranks could not agree on the measurement plan ({_first_line(err)})"
+            )
+            return list(flags)
+
     def teardown(self) -> None:
         group, self._group = self._group, None
         dist = _dist()

@@ -14,6 +14,7 @@ from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.contention import Contention
 from lightning_bottleneck.loader_ladder import LoaderLadder
+from lightning_bottleneck.memory_trend import MemoryTrend
 from lightning_bottleneck.trial_results import TrialReport
 
 
@@ -140,3 +141,4 @@ class Evidence:
     trials: TrialReport | None = None  # lightning_bottleneck.trials.run_trials on a batch of the window
     contention: Contention | None = None  # contention.assess over the window (other processes' CPU use)
     window_check: WindowCheck | None = None  # analysis.representative.check_window (window vs the rest)
+    memory_trend: MemoryTrend | None = None  # memory_trend.MemorySampler over the whole run (RSS or CUDA)

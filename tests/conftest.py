@@ -79,7 +79,16 @@ def fit_scenario(
 
     torch.manual_seed(0)
     model, train, val = scenario(name)
-    kwargs = {"wait": 2, "warmup": 2, "active": 4, "verbose": False}
+    # the measurement stage (loader probe, trials) has its own tests in test_live.py; off by default here
+    # so verdict tests stay fast (a test passes callback_kwargs to turn it on)
+    kwargs = {
+        "wait": 2,
+        "warmup": 2,
+        "active": 4,
+        "verbose": False,
+        "probe_loader": False,
+        "trial_budget_s": 0,
+    }
     kwargs.update(callback_kwargs or {})
     callback = BottleneckCallback(**kwargs)
     options: dict = {"max_steps": max_steps}

@@ -167,6 +167,37 @@ def test_gather_collects_every_rank_or_names_the_missing_one(tmp_path: Path, dea
         assert out["seconds"] < 10 and "[1]" in out["notes"][0]
 
 
+_AGREE_PROBE = r"""
+import json, sys
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from lightning_bottleneck.distributed import RankGather
+
+def main(rank, tmp):
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
+    g = RankGather(timeout_s=10)
+    g.setup()
+    # rank 1 alone wants the probe, rank 0 alone the trials: both must run both
+    agreed = g.agree([rank == 1, rank == 0, False])
+    json.dump(agreed, open(f"{tmp}/agree{rank}.json", "w"))
+    g.teardown()
+
+if __name__ == "__main__":
+    mp.spawn(main, args=(sys.argv[1],), nprocs=2)
+"""
+
+
+def test_ranks_agree_on_the_measurement_plan(tmp_path: Path) -> None:
+    probe = tmp_path / "agree.py"
+    probe.write_text(_AGREE_PROBE)
+    subprocess.run([sys.executable, str(probe), str(tmp_path)], check=True, timeout=60, capture_output=True)
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"agree{rank}.json").read_text()) == [True, True, False]
+    from lightning_bottleneck.distributed import RankGather
+
+    assert RankGather().agree([True, False]) == [True, False]  # not distributed: this rank's own plan
+
+
 # ---------------------------------------------------------------------------------------------- 2-process DDP
 def _run_ddp(tmp_path: Path, mode: str) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
@@ -255,3 +286,22 @@ def test_ddp_spawn_pickles_the_callback_and_names_the_straggler(tmp_path: Path) 
     assert report["stragglers"] == [1]
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
     _check_traces(tmp_path, report)
+
+
+def test_ddp_midrun_verdict_at_the_same_step_with_the_same_plan(tmp_path: Path) -> None:
+    """Only rank 1 waits on its data, yet both ranks take the verdict at the same step and both probe."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "midrun"],
+        env=env,
+        timeout=240,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = {
+        ln.split()[1]: ln for ln in proc.stdout.splitlines() if ln.startswith("RANK ") and "MIDRUN" in ln
+    }
+    assert set(lines) == {"0", "1"}, proc.stdout[-2000:]
+    assert "Mid-run verdict at step 15 " in lines["0"] and "Mid-run verdict at step 15 " in lines["1"], lines
+    assert lines["0"].endswith("PROBED True") and lines["1"].endswith("PROBED True"), lines

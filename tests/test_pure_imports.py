@@ -24,6 +24,7 @@ LIVE_SIDE = {
     "lightning_bottleneck.sync_hooks",  # patches torch.Tensor methods
     "lightning_bottleneck.loader_probe",  # builds and times DataLoaders
     "lightning_bottleneck.trials",  # runs forward+backward on the live model
+    "lightning_bottleneck.verdict_outputs",  # the loggers' scalars and TensorBoardLogger images
 }
 
 #: Layers the brief requires to be pure, checked by name so a move cannot drop them silently.

@@ -3,6 +3,7 @@
     python tests/ddp_scripts/ddp_train.py OUT_DIR comm        # 32M-parameter embedding, tiny compute
     python tests/ddp_scripts/ddp_train.py OUT_DIR straggler   # only rank 1's dataset is slow
     python tests/ddp_scripts/ddp_train.py OUT_DIR spawn_straggler   # the same under strategy="ddp_spawn"
+    python tests/ddp_scripts/ddp_train.py OUT_DIR midrun      # a longer run: the mid-run verdict on both ranks
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
 """
@@ -61,6 +62,13 @@ def main(out_dir: str, mode: str) -> None:
         model: pl.LightningModule = FrozenInPractice()
         data = SlowOnOneRank(dim=8)
         callback = BottleneckCallback(wait=3, warmup=1, active=3, verbose=True, gather_timeout=60)
+    elif mode == "midrun":  # only rank 1 waits on its data: both ranks must still run the same plan
+        model = Regressor(width=64, depth=1)
+        data = SlowOnOneRank(slow_rank=1, delay_s=0.003)
+        callback = BottleneckCallback(
+            wait=1, warmup=1, active=3, verbose=False, gather_timeout=60,
+            loader_budget_s=0.5, trial_budget_s=0.3, compile_budget_s=0,
+        )  # fmt: skip
     elif mode in ("straggler", "spawn_straggler"):
         model = Regressor(width=64, depth=1)
         data = SlowOnOneRank(slow_rank=1, delay_s=0.02)
@@ -73,7 +81,7 @@ def main(out_dir: str, mode: str) -> None:
         strategy=DDPStrategy(find_unused_parameters=True)
         if mode == "comm"
         else ("ddp_spawn" if mode.startswith("spawn") else "ddp"),
-        max_steps=8,
+        max_steps=30 if mode == "midrun" else 8,
         default_root_dir=out_dir,
         callbacks=[callback],
         logger=False,
@@ -84,6 +92,16 @@ def main(out_dir: str, mode: str) -> None:
     trainer.fit(model, DataLoader(data, batch_size=4))
     report = callback.report
     print(f"RANK {trainer.global_rank} REPORT {report.primary.value if report else None}", flush=True)
+    if mode == "midrun":
+        measured = callback._measured
+        midrun = callback.midrun_report
+        step = (
+            next((n for n in midrun.notes if n.startswith("Mid-run verdict at step")), None)
+            if midrun
+            else None
+        )
+        probed = measured is not None and measured.loader_ladder is not None
+        print(f"RANK {trainer.global_rank} MIDRUN {step!r} PROBED {probed}", flush=True)
 
 
 if __name__ == "__main__":

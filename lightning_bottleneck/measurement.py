@@ -1,0 +1,251 @@
+"""The measurement stage after the window: measure candidate fixes on the run's own loader and model.
+
+Run once on the training thread, at the same step on every rank (the callback picks it), after the
+window's trace has been summarised. Each part is bounded and optional, and none changes the training:
+
+* :func:`run_length` - how long the whole fit is (for whole-run accounting);
+* the loader probe (:func:`~lightning_bottleneck.loader_probe.probe_loader`) when data wait or
+  epoch-start stalls reach the input medium threshold; IterableDatasets are skipped with a note;
+* trials (:func:`~lightning_bottleneck.trials.run_trials`) on a batch of the window when compute or
+  overhead is material; manual optimization is skipped with a note;
+* the busy-machine check (:func:`~lightning_bottleneck.contention.assess`) over the window;
+* whether the window is representative (:func:`~lightning_bottleneck.analysis.representative.check_window`).
+
+The modules it calls restore what they touch (RNG states, model state, the training loader).
+
+Example::
+
+    measured = measure(trainer, pl_module, MeasureOptions(), summary=summary, timing=timing, batch=batch)
+    evidence.loader_ladder, evidence.trials = measured.loader_ladder, measured.trials
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
+from lightning_bottleneck.analysis.representative import WindowCheck, check_window
+from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.categories import Share
+from lightning_bottleneck.contention import Contention, CpuSnapshot, assess
+from lightning_bottleneck.evidence import RunLength, TimingStats
+from lightning_bottleneck.loader_ladder import LoaderLadder
+from lightning_bottleneck.rules import thresholds
+from lightning_bottleneck.trial_results import TrialReport
+
+__all__ = [
+    "MeasureOptions",
+    "Measured",
+    "input_shares",
+    "measure",
+    "run_length",
+    "wants_trials",
+    "window_check",
+]
+
+#: Trials run when compute and overhead together take at least this share of the step: the overhead
+#: medium threshold (rules/thresholds.py), the smallest share whose fix the rules would advise.
+TRIALS_SHARE_MIN = thresholds.OVERHEAD_SHARE_MEDIUM
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """The callback's measurement options (validated there)."""
+
+    probe_loader: bool = True
+    loader_budget_s: float = 3.0
+    trial_budget_s: float = 5.0
+    compile_budget_s: float = 60.0
+
+
+@dataclass
+class Measured:
+    run_length: RunLength | None = None
+    loader_ladder: LoaderLadder | None = None
+    trials: TrialReport | None = None
+    contention: Contention | None = None
+    window_check: WindowCheck | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if math.isfinite(f) and f >= 0 else None
+
+
+def run_length(trainer: Any) -> RunLength:
+    """Training batches, batches per epoch and epochs of the whole fit (None where not known)."""
+    per_epoch = _int_or_none(getattr(trainer, "num_training_batches", None))
+    accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+    try:
+        optimizer_steps = _int_or_none(trainer.estimated_stepping_batches)
+    except Exception:
+        optimizer_steps = None
+    total = optimizer_steps * accumulate if optimizer_steps is not None else None
+    max_epochs = _int_or_none(getattr(trainer, "max_epochs", None))
+    epochs: int | None = max_epochs if max_epochs is not None and max_epochs > 0 else None
+    if total is not None and per_epoch:
+        derived = math.ceil(total / per_epoch)
+        epochs = min(epochs, derived) if epochs is not None else derived
+    if total is None and epochs is not None and per_epoch:
+        total = epochs * per_epoch
+    return RunLength(total_steps=total, steps_per_epoch=per_epoch, epochs=epochs)
+
+
+def input_shares(
+    summary: TraceSummary | None,
+    timing: TimingStats | None,
+    length: RunLength | None,
+    num_workers: int | None,
+    persistent: bool | None,
+) -> tuple[float, float]:
+    """(steady-state data-wait share, epoch-start stall share of the whole run's step time).
+
+    An epoch start counts as a stall above the rules' floor (``EPOCH_STALL_MIN_MS``). Workers that restart
+    every epoch (``num_workers > 0`` without ``persistent_workers``) pay the largest observed start-up at
+    every epoch of the run; otherwise only the starts observed so far count (the first epoch's one-off
+    set-up is not projected onto the others)."""
+    wait = summary.data_wait if summary is not None and summary.num_steps else 0.0
+    if timing is not None and timing.step_ms:
+        wait = max(wait, timing.data_wait_share)
+    stall = 0.0
+    starts = [x for x in (timing.epoch_start_wait_ms if timing else []) if x >= thresholds.EPOCH_STALL_MIN_MS]
+    if timing is not None and starts:
+        steps_ms = timing.step_ms or (summary.step_times_ms if summary else [])
+        step_ms = median(steps_ms) if steps_ms else 0.0
+        restarts = bool(num_workers) and not persistent
+        epochs = (length.epochs if length and length.epochs else len(timing.epoch_start_wait_ms)) or 1
+        stalls_ms = max(starts) * epochs if restarts else sum(starts)
+        steps = length.total_steps if length and length.total_steps else max(timing.steps, 1)
+        total_ms = steps * step_ms + stalls_ms
+        stall = stalls_ms / total_ms if total_ms > 0 else 0.0
+    return wait, stall
+
+
+def window_check(
+    summary: TraceSummary, outside_ms: list[float], contention: Contention | None
+) -> WindowCheck:
+    """Are the window's steps like the rest of the run's (always-on timing outside the window)?"""
+    import torch
+
+    return check_window(
+        summary.step_times_ms,
+        outside_ms,
+        contended=bool(contention and contention.busy),
+        intra_op_threads=torch.get_num_threads(),
+        free_cores=contention.free_cores if contention else None,
+        ops_per_step=summary.cpu_ops_per_step or None,
+    )
+
+
+def wants_trials(summary: TraceSummary | None) -> bool:
+    if summary is None or not summary.num_steps:
+        return False
+    shares = breakdown_from_summary(summary)
+    return shares.get(Share.COMPUTE.value, 0.0) + shares.get(Share.OVERHEAD.value, 0.0) >= TRIALS_SHARE_MIN
+
+
+def _consumption_rate(summary: TraceSummary | None, batch_size: int | None) -> float | None:
+    """Samples/s the model takes when no batch waits: batch size over the step time without data wait."""
+    if summary is None or not summary.step_times_ms or not batch_size:
+        return None
+    compute_ms = median(summary.step_times_ms) * max(0.0, 1.0 - summary.data_wait)
+    return batch_size * 1000.0 / compute_ms if compute_ms > 0 else None
+
+
+def measure(
+    trainer: Any,
+    pl_module: Any,
+    options: MeasureOptions,
+    *,
+    summary: TraceSummary | None,
+    timing: TimingStats | None,
+    outside_ms: list[float],
+    batch: Any = None,
+    batch_idx: int = 0,
+    cpu_start: CpuSnapshot | None = None,
+    cpu_end: CpuSnapshot | None = None,
+    batch_size: int | None = None,
+    num_workers: int | None = None,
+    persistent_workers: bool | None = None,
+    agree: Callable[[list[bool]], list[bool]] | None = None,
+) -> Measured:
+    """Run every part of the stage that applies; a part that fails becomes a note.
+
+    ``agree`` makes the plan (probe the loader? run the trials?) the same on every rank: a part that
+    one rank wants runs on all of them, so no rank waits long for another at the next collective."""
+    out = Measured()
+    try:
+        out.run_length = run_length(trainer)
+    except Exception as err:
+        out.notes.append(f"run length unknown: {type(err).__name__}: {err}")
+    if cpu_start is not None and cpu_end is not None:
+        out.contention = assess(cpu_start, cpu_end)
+    if summary is not None:
+        out.window_check = window_check(summary, outside_ms, out.contention)
+    wait, stall = input_shares(summary, timing, out.run_length, num_workers, persistent_workers)
+    plan = [
+        options.probe_loader
+        and options.loader_budget_s > 0
+        and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM,
+        options.trial_budget_s > 0 and batch is not None and wants_trials(summary),
+    ]
+    probe, trials = agree(plan) if agree is not None else plan
+    if probe:
+        out.loader_ladder = _probe(trainer, options, _consumption_rate(summary, batch_size), out.notes)
+    if trials and batch is not None:
+        out.trials = _trials(trainer, pl_module, batch, batch_idx, options, out.notes)
+    return out
+
+
+def _probe(
+    trainer: Any, options: MeasureOptions, target: float | None, notes: list[str]
+) -> LoaderLadder | None:
+    from torch.utils.data import DataLoader
+
+    from lightning_bottleneck.loader_probe import probe_loader
+
+    loader = getattr(trainer, "train_dataloader", None)
+    if isinstance(loader, (list, tuple)) and len(loader) == 1:
+        loader = loader[0]
+    if isinstance(loader, dict) and len(loader) == 1:
+        loader = next(iter(loader.values()))
+    if not isinstance(loader, DataLoader):
+        notes.append(
+            f"loader probe skipped: the train loader is a {type(loader).__name__}, not one DataLoader"
+        )
+        return None
+    try:
+        return probe_loader(loader, budget_s=options.loader_budget_s, target_samples_per_s=target)
+    except Exception as err:
+        notes.append(f"loader probe failed: {type(err).__name__}: {err}")
+        return None
+
+
+def _trials(
+    trainer: Any, pl_module: Any, batch: Any, batch_idx: int, options: MeasureOptions, notes: list[str]
+) -> TrialReport | None:
+    from lightning_bottleneck.trials import run_trials
+
+    module = getattr(trainer, "lightning_module", None) or pl_module
+    try:
+        return run_trials(
+            module,
+            batch,
+            batch_idx=batch_idx,
+            precision=str(trainer.precision),
+            budget_s=options.trial_budget_s,
+            compile_budget_s=options.compile_budget_s,
+        )
+    except Exception as err:
+        notes.append(f"trials failed: {type(err).__name__}: {err}")
+        return None

@@ -1,0 +1,103 @@
+"""Memory over the whole run, sampled every few steps at no measurable cost: process RSS or device memory.
+
+:class:`MemorySampler` keeps at most ``capacity`` samples (step, MB) for the whole fit: when the buffer is
+full it keeps every other sample and doubles its interval, so a run of any length is covered from its
+first step to its last in bounded memory. A sample is one read of ``/proc/self/statm`` (about 10 us) or,
+on CUDA, ``torch.cuda.memory_allocated`` (a counter read, no sync), every ``every`` steps; the per-step
+cost is one integer comparison in the callback. :class:`MemoryTrend` is the pure result the rule
+:mod:`lightning_bottleneck.rules.memory_creep` reads. Torch-free: the device reader is passed in.
+
+Example::
+
+    sampler = MemorySampler(every=10)
+    for step in range(1, 1001):
+        if step >= sampler.next_step:
+            sampler.sample(step)
+    trend = sampler.trend()      # MemoryTrend(source="rss", steps=[...], mb=[...])
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["DEFAULT_CAPACITY", "DEFAULT_EVERY", "MemorySampler", "MemoryTrend", "read_rss_mb"]
+
+#: Steps between samples at the start of a run: a statm read every 10 steps is ~1 us per step on
+#: average, under the callback's always-on budget; the interval doubles as the buffer fills.
+DEFAULT_EVERY = 10
+#: Samples kept (two arrays of doubles: 4 KiB); enough points for a stable least-squares slope.
+DEFAULT_CAPACITY = 256
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def read_rss_mb() -> float | None:
+    """Resident set size of this process in MB from ``/proc/self/statm`` (None where unreadable)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class MemoryTrend:
+    """Samples of memory in MB against the training step, oldest first."""
+
+    source: str = "rss"  # "rss" (process resident memory) | "cuda_allocated"
+    steps: list[float] = field(default_factory=list)
+    mb: list[float] = field(default_factory=list)
+    every: int = DEFAULT_EVERY  # the sampling interval in steps at the end of the run
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["mb"] = [round(x, 3) for x in self.mb]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MemoryTrend:
+        return cls(str(d.get("source", "rss")), list(d.get("steps", [])), list(d.get("mb", [])),
+                   int(d.get("every", DEFAULT_EVERY)))  # fmt: skip
+
+
+class MemorySampler:
+    """Bounded samples of one memory reading for the whole run (see the module docstring)."""
+
+    def __init__(
+        self,
+        every: int = DEFAULT_EVERY,
+        capacity: int = DEFAULT_CAPACITY,
+        reader: Callable[[], float | None] | None = None,
+        source: str = "rss",
+    ) -> None:
+        if every < 1 or capacity < 4:
+            raise ValueError(f"every must be >= 1 and capacity >= 4, got {every!r} and {capacity!r}")
+        self.every = every
+        self.capacity = capacity
+        self.source = source
+        self._read = reader or read_rss_mb
+        self._steps = array("d")
+        self._mb = array("d")
+        self.next_step = every
+
+    def sample(self, step: int) -> None:
+        """Read memory now (``step``: the training steps done); schedule the next read."""
+        self.next_step = step + self.every
+        value = self._read()
+        if value is None:
+            self.next_step = 2**62  # unreadable here: never again
+            return
+        self._steps.append(float(step))
+        self._mb.append(float(value))
+        if len(self._steps) >= self.capacity:
+            self._steps = self._steps[::2]
+            self._mb = self._mb[::2]
+            self.every *= 2
+            self.next_step = int(self._steps[-1]) + self.every
+
+    def trend(self) -> MemoryTrend:
+        return MemoryTrend(self.source, list(self._steps), list(self._mb), self.every)

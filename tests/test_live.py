@@ -1,0 +1,317 @@
+"""The live side: the verdict when the window closes, the measurement stage, scalars and memory creep.
+
+Real tiny Lightning fits on CPU with small budgets (the whole file stays well under a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+
+from lightning_bottleneck import BottleneckCallback
+from lightning_bottleneck.memory_trend import MemorySampler, MemoryTrend
+from lightning_bottleneck.rules.memory_creep import memory_creep_findings
+
+from conftest import quiet_trainer
+from scenarios import Regressor, SlowDataset, in_memory
+
+OFF = {"probe_loader": False, "trial_budget_s": 0}
+SMALL_WINDOW = {"wait": 1, "warmup": 1, "active": 3, "verbose": False}
+
+
+class _PollReport(pl.Callback):
+    """Watches the report file from the training loop: the step at which it first held a verdict."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.first_step: int | None = None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if (
+            self.first_step is None
+            and self.path.is_file()
+            and json.loads(self.path.read_text()).get("primary")
+        ):
+            self.first_step = trainer.global_step
+
+
+# ---------------------------------------------------------------------------------- mid-run verdict
+
+
+def test_report_holds_the_verdict_well_before_fit_ends(tmp_path: Path) -> None:
+    report_file = tmp_path / "report.json"
+    cb = BottleneckCallback(**SMALL_WINDOW, **OFF, report_path=str(report_file))
+    poll = _PollReport(report_file)
+    torch.manual_seed(0)
+    trainer = quiet_trainer(tmp_path, [cb, poll], max_steps=200)
+    trainer.fit(Regressor(), DataLoader(in_memory(4096, 32), batch_size=16))
+    # the window ends at step 5; the verdict comes within MIDRUN_DELAY_STEPS (10) after it
+    assert poll.first_step is not None and poll.first_step <= 5 + 10 + 1, poll.first_step
+    assert cb.midrun_report is not None and cb.report is not None
+    assert any("Mid-run verdict at step" in n for n in cb.midrun_report.notes)
+    assert any(n.startswith("Since the mid-run verdict:") for n in cb.report.notes)
+    assert cb.report.metrics["midrun"]["primary"] == cb.midrun_report.primary.value
+    assert cb.report.steps_observed == 200 and cb.midrun_report.steps_observed < 20
+    assert (tmp_path / "bottleneck_report.html").is_file()
+    assert cb._analysis is not None and cb._analysis.done and cb._batch is None
+
+
+def test_short_run_gets_scalars_and_the_picture(tmp_path: Path) -> None:
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    cb = BottleneckCallback(**SMALL_WINDOW, **OFF)
+    torch.manual_seed(0)
+    trainer = quiet_trainer(tmp_path, [cb], max_steps=8, logger=logger, log_every_n_steps=50)
+    trainer.fit(Regressor(), DataLoader(in_memory(512, 32), batch_size=16))
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logger.log_dir), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    scalars = set(acc.Tags()["scalars"])
+    assert {"bottleneck/step_time_ms", "bottleneck/confidence", "bottleneck/share/compute"} <= scalars
+    assert "bottleneck/window" in acc.Tags()["images"]
+    assert (Path(logger.log_dir) / "bottleneck_report.html").is_file()
+
+
+# ---------------------------------------------------------------------------------- measurement stage
+
+
+class _Noisy(pl.LightningModule):
+    """Dropout (RNG draws), BatchNorm (buffers), SGD with momentum (optimizer state), logged metrics."""
+
+    def __init__(self, width: int = 1024) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(32, width), nn.BatchNorm1d(width), nn.ReLU(), nn.Dropout(0.2),
+            nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1),
+        )  # fmt: skip
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x), y)
+        self.log("train_loss", loss, on_step=True)
+        self.log("noise", torch.rand(()), on_step=True)  # an RNG draw after the trials must match
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+
+def _fit_noisy(tmp_path: Path, callbacks: list) -> tuple[_Noisy, pl.Trainer, Any]:
+    pl.seed_everything(7, workers=True)
+    model = _Noisy()
+    loader = DataLoader(
+        SlowDataset(n=320, dim=32, delay_s=0.0003), batch_size=32, shuffle=True, num_workers=0
+    )
+
+    class _Metrics(pl.Callback):
+        def __init__(self) -> None:
+            self.logged: list[dict] = []
+            self.seen: list[float] = []  # batches as training saw them (a hook, not training_step: trials
+            # call training_step too, and a Python side effect there is the model's own)
+
+        def on_train_batch_start(
+            self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int
+        ) -> None:
+            self.seen.append(float(batch[0].sum()))
+
+        def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+            self.logged.append({k: float(v) for k, v in trainer.logged_metrics.items()})
+
+    rec = _Metrics()
+    trainer = quiet_trainer(tmp_path, [*callbacks, rec], max_epochs=3, deterministic=True)
+    trainer.fit(model, loader)
+    return model, trainer, rec
+
+
+def test_probe_and_trials_leave_training_bitwise_identical(tmp_path: Path) -> None:
+    cb = BottleneckCallback(**SMALL_WINDOW, loader_budget_s=1.0, trial_budget_s=1.0, compile_budget_s=0)
+    with_cb, trainer_a, rec_a = _fit_noisy(tmp_path / "a", [cb])
+    without, trainer_b, rec_b = _fit_noisy(tmp_path / "b", [])
+    assert cb.report is not None
+    # the stage did run: the loader was probed and the model trialled mid-run
+    assert cb.midrun_report is not None
+    assert cb._measured is not None
+    assert cb._measured.loader_ladder is not None and cb._measured.loader_ladder.rungs
+    assert cb._measured.trials is not None and cb._measured.trials.results
+    assert cb.report.metrics["loader_ladder"]["rungs"] and cb.report.metrics["trials"]["results"]
+    # ... and training is untouched: same batches in the same order, parameters, buffers, optimizer
+    # state and logged metrics bit for bit
+    assert rec_a.seen == rec_b.seen and len(rec_a.seen) == 30
+    sa, sb = with_cb.state_dict(), without.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    oa, ob = trainer_a.optimizers[0].state_dict(), trainer_b.optimizers[0].state_dict()
+    for key in oa["state"]:
+        assert torch.equal(oa["state"][key]["momentum_buffer"], ob["state"][key]["momentum_buffer"])
+    assert rec_a.logged == rec_b.logged
+
+
+def test_compute_bound_fit_reports_trial_results(tmp_path: Path) -> None:
+    cb = BottleneckCallback(**SMALL_WINDOW, probe_loader=False, trial_budget_s=1.0, compile_budget_s=0)
+    torch.manual_seed(0)
+    trainer = quiet_trainer(tmp_path, [cb], max_steps=12)
+    trainer.fit(Regressor(dim=256, width=512, depth=2), DataLoader(in_memory(2048, 256), batch_size=128))
+    assert cb.report is not None
+    trials = cb.report.metrics["trials"]
+    assert trials["results"] and not trials["skipped"]
+    assert "loader_ladder" not in cb.report.metrics  # no data wait: the loader is left alone
+    assert cb.report.metrics["run_length"]["total_steps"] == 12
+    assert "contention" in cb.report.metrics and "window_check" in cb.report.metrics
+
+
+def _slow_init(worker_id: int) -> None:
+    time.sleep(0.25)
+
+
+def test_worker_restarts_record_epoch_stalls_and_probe_the_loader(tmp_path: Path) -> None:
+    cb = BottleneckCallback(wait=0, warmup=1, active=2, verbose=False, loader_budget_s=1.5, trial_budget_s=0)
+    loader = DataLoader(
+        in_memory(64, 32), batch_size=16, num_workers=1, persistent_workers=False, worker_init_fn=_slow_init
+    )
+    torch.manual_seed(0)
+    trainer = quiet_trainer(tmp_path, [cb], max_epochs=4)
+    trainer.fit(Regressor(), loader)
+    assert cb.report is not None
+    stalls = cb.report.metrics["timing"]["epoch_start_wait_ms"]
+    assert len(stalls) == 4 and min(stalls) > 200, stalls
+    ladder = cb.report.metrics["loader_ladder"]
+    assert ladder["rungs"], ladder
+    assert cb.report.metrics["run_length"] == {"total_steps": 16, "steps_per_epoch": 4, "epochs": 4}
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        for _ in range(40):
+            time.sleep(0.003)
+            yield torch.rand(32, generator=g), torch.rand(1, generator=g)
+
+
+def test_iterable_dataset_is_not_probed(tmp_path: Path) -> None:
+    cb = BottleneckCallback(**SMALL_WINDOW, loader_budget_s=1.0, trial_budget_s=0)
+    torch.manual_seed(0)
+    trainer = quiet_trainer(tmp_path, [cb], max_steps=8)
+    trainer.fit(Regressor(), DataLoader(_Stream(), batch_size=4))
+    assert cb.report is not None
+    ladder = cb.report.metrics["loader_ladder"]
+    assert ladder["skipped"] and not ladder["rungs"]
+    assert any("Iterable" in n for n in ladder["notes"])
+
+
+# ---------------------------------------------------------------------------------- memory creep
+
+
+_CREEP_SCRIPT = r"""
+import json, sys
+import torch
+from torch.utils.data import DataLoader
+from conftest import quiet_trainer
+from scenarios import Regressor, in_memory
+from lightning_bottleneck import BottleneckCallback
+
+class Leaky(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.kept = []
+
+    def training_step(self, batch, batch_idx):
+        self.kept.append(torch.randn(512 * 1024))  # 2 MiB per step, written (resident), never freed
+        return super().training_step(batch, batch_idx)
+
+out = {}
+for name, model in (("leaky", Leaky()), ("normal", Regressor())):
+    cb = BottleneckCallback(wait=1, warmup=1, active=3, verbose=False, probe_loader=False, trial_budget_s=0)
+    torch.manual_seed(0)
+    trainer = quiet_trainer(sys.argv[1] + "/" + name, [cb], max_steps=160)
+    trainer.fit(model, DataLoader(in_memory(2560, 32), batch_size=16))
+    creep = [f.evidence for f in cb.report.findings if "memory_creep_mb_per_1k_steps" in f.evidence]
+    out[name] = {"creep": creep, "trend": cb.report.metrics["memory_trend"]}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_memory_creep_found_on_a_leaking_fit_and_not_on_a_normal_one(tmp_path: Path) -> None:
+    # a fresh interpreter: memory freed by earlier tests and still held by the allocator would absorb
+    # part of the leak (RSS does not grow while freed pages are reused)
+    tests = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), str(tests.parent / "examples")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _CREEP_SCRIPT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    leak, normal = out["leaky"], out["normal"]
+    assert len(leak["creep"]) == 1, leak["trend"]
+    assert 1000 < leak["creep"][0]["memory_creep_mb_per_1k_steps"] < 3000, leak[
+        "creep"
+    ]  # 2048 MB / 1000 steps
+    assert not normal["creep"], normal["trend"]
+    assert len(normal["trend"]["steps"]) >= 8
+
+
+def test_memory_creep_rule_on_synthetic_trends() -> None:
+    steps = [float(s) for s in range(10, 1010, 10)]
+    rising = MemoryTrend("rss", steps, [500 + 0.2 * s for s in steps])  # 200 MB per 1000 steps
+    flat = MemoryTrend("rss", steps, [500 + (s % 30) for s in steps])
+    step_change = MemoryTrend("rss", steps, [500 if s < 500 else 700 for s in steps])
+    (finding,) = memory_creep_findings(rising, total_steps=100_000)
+    assert finding.evidence["memory_creep_mb_per_1k_steps"] == pytest.approx(200, rel=0.01)
+    assert finding.severity.value == "high"  # 20 GB over the run
+    assert memory_creep_findings(flat) == [] and memory_creep_findings(step_change) == []
+
+
+def test_memory_sampler_stays_bounded_over_a_long_run() -> None:
+    values = iter(range(10**6))
+    sampler = MemorySampler(every=1, capacity=16, reader=lambda: float(next(values)))
+    for step in range(1, 10_001):
+        if step >= sampler.next_step:
+            sampler.sample(step)
+    trend = sampler.trend()
+    assert len(trend.steps) < 16 and trend.steps[0] == 1 and trend.steps[-1] > 9000
+
+
+# ---------------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"probe_loader": "yes"}, "probe_loader"),
+        ({"loader_budget_s": -1}, "loader_budget_s"),
+        ({"trial_budget_s": float("nan")}, "trial_budget_s"),
+        ({"compile_budget_s": "60"}, "compile_budget_s"),
+    ],
+)
+def test_measurement_options_are_validated(kwargs: dict, option: str) -> None:
+    with pytest.raises(MisconfigurationException) as err:
+        BottleneckCallback(**kwargs)
+    msg = str(err.value)
+    assert f"`{option}`" in msg and "must be" in msg and repr(next(iter(kwargs.values()))) in msg
+
+
+def test_measurement_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_bottleneck.autoload import callbacks_from_env
+
+    monkeypatch.setenv("LIGHTNING_BOTTLENECK", "trial_budget_s=0,loader_budget_s=1.5,probe_loader=false")
+    (cb,) = callbacks_from_env()
+    assert cb.trial_budget_s == 0 and cb.loader_budget_s == 1.5 and cb.probe_loader is False
+    monkeypatch.setenv("LIGHTNING_BOTTLENECK", "loader_budget_s=-2")
+    with pytest.raises(SystemExit, match="loader_budget_s"):
+        callbacks_from_env()
