@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
+from lightning_bottleneck.atomic_write import write_atomically
 from lightning_bottleneck.render_html import render_html
 from lightning_bottleneck.render_image import MISSING_NOTE, image_available, render_rgb
 from lightning_bottleneck.report import Report
@@ -37,12 +38,7 @@ class PictureOutputs:
 
 def write_html(report: Report, phases: StepPhases | None, path: str | Path) -> Path:
     """Write the self-contained page to ``path`` (atomically: a reader never sees half a page)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render_html(report, phases), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomically(path, render_html(report, phases).encode("utf-8"))
 
 
 def write_picture(

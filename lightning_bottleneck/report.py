@@ -6,16 +6,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import numbers
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_bottleneck.atomic_write import write_atomically
 from lightning_bottleneck.categories import Category, FindingKind, Severity
 from lightning_bottleneck.stats import percentile
 
@@ -249,23 +248,7 @@ class Report:
         on any failure (a full disk, say) the temporary file is removed: ``path`` holds either the old
         report or the whole new one.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = (self.to_json() + "\n").encode("utf-8")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fchmod(
-                    fh.fileno(), 0o666 & ~_umask()
-                )  # mkstemp makes 0600; a report is as readable as any file
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return path
+        return write_atomically(path, (self.to_json() + "\n").encode("utf-8"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Report:

@@ -192,6 +192,27 @@ def test_worker_restarts_record_epoch_stalls_and_probe_the_loader(tmp_path: Path
     assert cb.report.metrics["run_length"] == {"total_steps": 16, "steps_per_epoch": 4, "epochs": 4}
 
 
+def test_worker_restarts_where_workers_are_needed_get_persistent_workers_first(tmp_path: Path) -> None:
+    """Samples wait on I/O (workers are needed) and every epoch restarts slow workers: the measured advice
+    keeps workers and makes them persistent, ranked first; it never drops the workers."""
+    cb = BottleneckCallback(wait=0, warmup=1, active=3, verbose=False, loader_budget_s=2.0, trial_budget_s=0)
+    loader = DataLoader(
+        SlowDataset(96, delay_s=0.004),
+        batch_size=8,
+        num_workers=4,
+        persistent_workers=False,
+        worker_init_fn=_slow_init,
+    )
+    torch.manual_seed(0)
+    trainer = quiet_trainer(tmp_path, [cb], max_epochs=6)
+    trainer.fit(Regressor(), loader)
+    assert cb.report is not None
+    assert cb.report.primary.value == "input", cb.report.breakdown
+    first = cb.report.recommendations[0].settings
+    assert first.get("persistent_workers") is True, [r.settings for r in cb.report.recommendations]
+    assert first.get("num_workers", 4) > 0
+
+
 class _Stream(IterableDataset):
     def __iter__(self):
         g = torch.Generator().manual_seed(0)

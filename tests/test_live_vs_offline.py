@@ -98,7 +98,7 @@ def test_costly_worker_start_each_epoch_is_an_epoch_stall_with_persistent_worker
         worker_init_fn=slow_start,
         persistent_workers=False,
     )
-    cb = BottleneckCallback(wait=1, warmup=1, active=2, verbose=False)
+    cb = BottleneckCallback(wait=1, warmup=1, active=2, verbose=False, probe_loader=False, trial_budget_s=0)
     trainer = quiet_trainer(tmp_path, [cb], max_epochs=4, limit_val_batches=0)
     trainer.fit(scenarios.Regressor(), loader)
     report = cb.report
@@ -106,6 +106,8 @@ def test_costly_worker_start_each_epoch_is_an_epoch_stall_with_persistent_worker
     stall = next(f for f in report.findings if f.kind == "epoch_start_stall")
     assert len(stall.evidence["epoch_start_wait_ms"]) == 4
     assert min(stall.evidence["epoch_start_wait_ms"]) > 250
+    # Either fix removes the restarts: persistent workers, or (in-memory data needs no worker) no worker at all.
+    # Without the loader probe (off in these tests) persistent_workers is the estimated fix.
     assert {"persistent_workers": True} in [r.settings for r in report.recommendations]
     torch.manual_seed(0)
 
