@@ -439,7 +439,17 @@ def run(name: str, mode: str, settings: dict[str, Any], out: Path, loader_plan: 
     if mode == "callback":
         from lightning_bottleneck import BottleneckCallback
 
-        callbacks.append(BottleneckCallback(report_path=str(out / "bottleneck_report.json"), verbose=False))
+        # The workloads are seconds-long stand-ins for runs of minutes to hours: give the measurement stage the
+        # budgets it has on such runs (automatic budgets are capped at 2% of the projected fit).
+        callbacks.append(
+            BottleneckCallback(
+                report_path=str(out / "bottleneck_report.json"),
+                verbose=False,
+                loader_budget_s=3.0,
+                trial_budget_s=5.0,
+                compile_budget_s=60.0,
+            )
+        )
     else:
         callbacks.append(meter)
     trainer = pl.Trainer(

@@ -85,7 +85,9 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-def _check_seconds(name: str, value: Any, what: str) -> float:
+def _check_seconds(name: str, value: Any, what: str, auto: bool = False) -> float | None:
+    if auto and value is None:
+        return None
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
@@ -93,7 +95,9 @@ def _check_seconds(name: str, value: Any, what: str) -> float:
         or value < 0
     ):
         raise MisconfigurationException(
-            f"BottleneckCallback(`{name}`) must be a number of seconds >= 0 ({what}), got {value!r}."
+            f"BottleneckCallback(`{name}`) must be a number of seconds >= 0 ({what})"
+            + (" or None (automatic)" if auto else "")
+            + f", got {value!r}."
         )
     return float(value)
 
@@ -137,6 +141,15 @@ class BottleneckCallback(Callback):
         baseline: a previous run's ``bottleneck_report.json``. After one change, the new report says whether
             it helped (median step time before vs after, beyond run-to-run noise) so the change can be
             kept or reverted; the comparison lands in ``metrics["comparison"]`` and the notes.
+        probe_loader: after the window, time the train DataLoader at a ladder of worker counts (outside the
+            training loop) when data wait or epoch-start stalls matter, so the input advice is measured.
+        loader_budget_s: seconds the loader probe may take; 0 turns it off; ``None`` (automatic): 3 s, but at
+            most 2% of the projected fit, so a short run is not slowed by its own diagnosis.
+        trial_budget_s: seconds of trial steps on the live model (bf16/fp16 autocast, matmul precision,
+            ``channels_last``, ``torch.compile``) when compute or overhead matter; 0 turns them off; ``None``:
+            5 s, at most 2% of the projected fit.
+        compile_budget_s: seconds ``torch.compile`` may take in the trials; 0 skips it; ``None``: 60 s, at most
+            2% of the projected fit.
 
     Example::
 
@@ -166,9 +179,9 @@ class BottleneckCallback(Callback):
         gather_timeout: float = 120.0,
         baseline: str | None = None,
         probe_loader: bool = True,
-        loader_budget_s: float = 3.0,
-        trial_budget_s: float = 5.0,
-        compile_budget_s: float = 60.0,
+        loader_budget_s: float | None = None,
+        trial_budget_s: float | None = None,
+        compile_budget_s: float | None = None,
     ) -> None:
         super().__init__()
         self.wait = _check_int("wait", wait, 0)
@@ -203,11 +216,16 @@ class BottleneckCallback(Callback):
         self.gather_timeout = float(gather_timeout)
         self.probe_loader = _check_bool("probe_loader", probe_loader)
         self.loader_budget_s = _check_seconds(
-            "loader_budget_s", loader_budget_s, "0 turns the loader probe off"
+            "loader_budget_s", loader_budget_s, "0 turns the loader probe off", auto=True
         )
-        self.trial_budget_s = _check_seconds("trial_budget_s", trial_budget_s, "0 turns the trials off")
+        self.trial_budget_s = _check_seconds(
+            "trial_budget_s", trial_budget_s, "0 turns the trials off", auto=True
+        )
         self.compile_budget_s = _check_seconds(
-            "compile_budget_s", compile_budget_s, "on top of trial_budget_s; 0 skips the torch.compile trial"
+            "compile_budget_s",
+            compile_budget_s,
+            "on top of trial_budget_s; 0 skips the torch.compile trial",
+            auto=True,
         )
         self.report: Report | None = None
         self.midrun_report: Report | None = None

@@ -52,14 +52,59 @@ __all__ = [
 TRIALS_SHARE_MIN = thresholds.OVERHEAD_SHARE_MEDIUM
 
 
+#: Automatic budgets (an option left at ``None``): the most each part may take ...
+AUTO_LOADER_BUDGET_S = 3.0  # a few rungs of a ladder, each a couple of rounds of batches (loader_probe.py)
+AUTO_TRIAL_BUDGET_S = 5.0  # a few A/B pairs per lever (trials.py: DEFAULT_BUDGET_S)
+AUTO_COMPILE_BUDGET_S = 60.0  # Inductor compiles small models in 10-60 s (trials.py)
+#: ... and at most this share of the projected fit each: the measurement is an investment paid once, and
+#: a short run must not be slowed noticeably by its own diagnosis (issue 10's fixed-cost goal is +3% of a
+#: fit for the whole callback; 2% per part keeps a short fit's worst case near that).
+AUTO_SHARE_OF_RUN = 0.02
+#: Below this an automatic budget measures nothing useful (one rung, or one A/B pair, takes longer):
+#: the part is skipped with a note and its advice is estimated.
+AUTO_MIN_BUDGET_S = 0.25
+
+
 @dataclass(frozen=True)
 class MeasureOptions:
-    """The callback's measurement options (validated there)."""
+    """The callback's measurement options (validated there); a budget of ``None`` is automatic."""
 
     probe_loader: bool = True
-    loader_budget_s: float = 3.0
-    trial_budget_s: float = 5.0
-    compile_budget_s: float = 60.0
+    loader_budget_s: float | None = None
+    trial_budget_s: float | None = None
+    compile_budget_s: float | None = None
+
+    def resolved(self, projected_run_s: float | None, notes: list[str]) -> MeasureOptions:
+        """Automatic budgets capped at :data:`AUTO_SHARE_OF_RUN` of the projected fit (full when unknown)."""
+
+        def auto(value: float | None, default: float, what: str) -> float:
+            if value is not None:
+                return value
+            if projected_run_s is None or not math.isfinite(projected_run_s):
+                return default
+            budget = min(default, AUTO_SHARE_OF_RUN * projected_run_s)
+            if budget < AUTO_MIN_BUDGET_S:
+                notes.append(
+                    f"{what} skipped: this fit is projected to take {projected_run_s:.1f} s, too short to spend "
+                    f"time measuring (automatic budgets take at most {AUTO_SHARE_OF_RUN:.0%} of the fit); the "
+                    "advice is estimated. Set the budget option to measure anyway."
+                )
+                return 0.0
+            return budget
+
+        return MeasureOptions(
+            self.probe_loader,
+            auto(self.loader_budget_s, AUTO_LOADER_BUDGET_S, "loader probe"),
+            auto(self.trial_budget_s, AUTO_TRIAL_BUDGET_S, "trial steps"),
+            auto(self.compile_budget_s, AUTO_COMPILE_BUDGET_S, "compile trial"),
+        )
+
+
+def projected_run_s(length: RunLength | None, timing: TimingStats | None) -> float | None:
+    """Seconds the whole fit will take: its training steps x the median step (None when unknown)."""
+    if length is None or not length.total_steps or timing is None or not timing.step_ms:
+        return None
+    return length.total_steps * median(timing.step_ms) / 1e3
 
 
 @dataclass
@@ -193,11 +238,12 @@ def measure(
     if summary is not None:
         out.window_check = window_check(summary, outside_ms, out.contention)
     wait, stall = input_shares(summary, timing, out.run_length, num_workers, persistent_workers)
+    options = options.resolved(projected_run_s(out.run_length, timing), out.notes)
     plan = [
         options.probe_loader
-        and options.loader_budget_s > 0
+        and (options.loader_budget_s or 0.0) > 0
         and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM,
-        options.trial_budget_s > 0 and batch is not None and wants_trials(summary),
+        (options.trial_budget_s or 0.0) > 0 and batch is not None and wants_trials(summary),
     ]
     probe, trials = agree(plan) if agree is not None else plan
     if probe:
@@ -225,7 +271,7 @@ def _probe(
         )
         return None
     try:
-        return probe_loader(loader, budget_s=options.loader_budget_s, target_samples_per_s=target)
+        return probe_loader(loader, budget_s=options.loader_budget_s or 0.0, target_samples_per_s=target)
     except Exception as err:
         notes.append(f"loader probe failed: {type(err).__name__}: {err}")
         return None
@@ -243,8 +289,8 @@ def _trials(
             batch,
             batch_idx=batch_idx,
             precision=str(trainer.precision),
-            budget_s=options.trial_budget_s,
-            compile_budget_s=options.compile_budget_s,
+            budget_s=options.trial_budget_s or 0.0,
+            compile_budget_s=options.compile_budget_s or 0.0,
         )
     except Exception as err:
         notes.append(f"trials failed: {type(err).__name__}: {err}")

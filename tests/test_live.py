@@ -336,3 +336,29 @@ def test_measurement_options_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("LIGHTNING_BOTTLENECK", "loader_budget_s=-2")
     with pytest.raises(SystemExit, match="loader_budget_s"):
         callbacks_from_env()
+
+
+def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
+    """Left at None, the budgets take at most 2% of the projected fit: an input-bound fit of about a second
+    is not slowed by its own diagnosis (probe skipped with a note, estimated advice); the same fit with an
+    explicit budget is probed."""
+    from lightning_bottleneck.measurement import AUTO_SHARE_OF_RUN, MeasureOptions, projected_run_s
+
+    reports = {}
+    for name, budget in (("auto", None), ("explicit", 1.0)):
+        cb = BottleneckCallback(**SMALL_WINDOW, loader_budget_s=budget, trial_budget_s=0)
+        loader = DataLoader(SlowDataset(96, delay_s=0.002), batch_size=8)
+        trainer = quiet_trainer(tmp_path / name, [cb], max_epochs=1)
+        trainer.fit(Regressor(), loader)
+        assert cb.report is not None and cb.report.primary.value == "input"
+        reports[name] = cb.report
+    assert "loader_ladder" not in reports["auto"].metrics
+    assert any("too short to spend time measuring" in n for n in reports["auto"].notes)
+    assert reports["explicit"].metrics["loader_ladder"]["rungs"]
+    # the rule itself: capped at the share of a long projected fit, the default when the length is unknown
+    notes: list[str] = []
+    long_fit = MeasureOptions().resolved(600.0, notes)
+    assert long_fit.loader_budget_s == 3.0 and long_fit.trial_budget_s == 5.0
+    assert long_fit.compile_budget_s == pytest.approx(AUTO_SHARE_OF_RUN * 600.0)
+    assert MeasureOptions().resolved(None, notes).compile_budget_s == 60.0 and not notes
+    assert projected_run_s(None, None) is None
