@@ -159,7 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     model, train, val = scenario(args.scenario)
-    callback = BottleneckCallback(wait=3, warmup=2, active=5)
+    # A demo of seconds stands in for a run of minutes: give the measurement stage (loader probe, trial steps)
+    # the budget it would take automatically on such a run, so the advice is measured, not estimated.
+    callback = BottleneckCallback(wait=3, warmup=2, active=5, loader_budget_s=2.0, trial_budget_s=2.0)
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=1,

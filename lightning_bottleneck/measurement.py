@@ -77,6 +77,8 @@ class MeasureOptions:
     def resolved(self, projected_run_s: float | None, notes: list[str]) -> MeasureOptions:
         """Automatic budgets capped at :data:`AUTO_SHARE_OF_RUN` of the projected fit (full when unknown)."""
 
+        skipped: list[str] = []
+
         def auto(value: float | None, default: float, what: str) -> float:
             if value is not None:
                 return value
@@ -84,20 +86,23 @@ class MeasureOptions:
                 return default
             budget = min(default, AUTO_SHARE_OF_RUN * projected_run_s)
             if budget < AUTO_MIN_BUDGET_S:
-                notes.append(
-                    f"{what} skipped: this fit is projected to take {projected_run_s:.1f} s, too short to spend "
-                    f"time measuring (automatic budgets take at most {AUTO_SHARE_OF_RUN:.0%} of the fit); the "
-                    "advice is estimated. Set the budget option to measure anyway."
-                )
+                skipped.append(what)
                 return 0.0
             return budget
 
-        return MeasureOptions(
+        resolved = MeasureOptions(
             self.probe_loader,
             auto(self.loader_budget_s, AUTO_LOADER_BUDGET_S, "loader probe"),
             auto(self.trial_budget_s, AUTO_TRIAL_BUDGET_S, "trial steps"),
             auto(self.compile_budget_s, AUTO_COMPILE_BUDGET_S, "compile trial"),
         )
+        if skipped:
+            notes.append(
+                f"Not measured ({', '.join(skipped)}): this fit is projected to take {projected_run_s:.1f} s, too "
+                f"short to spend time measuring (automatic budgets take at most {AUTO_SHARE_OF_RUN:.0%} of the "
+                "fit), so the advice is estimated; set loader_budget_s / trial_budget_s / compile_budget_s to measure anyway."
+            )
+        return resolved
 
 
 def projected_run_s(length: RunLength | None, timing: TimingStats | None) -> float | None:
