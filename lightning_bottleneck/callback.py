@@ -3,17 +3,16 @@
 The callback keeps the hooks and the options and delegates: the profiling window to
 :mod:`~lightning_bottleneck.profiler_window`, step timing to :mod:`~lightning_bottleneck.timing`, sync
 tracking to :mod:`~lightning_bottleneck.sync_hooks`, the rank merge to :mod:`~lightning_bottleneck.distributed`,
-the verdict to :func:`~lightning_bottleneck.diagnose.diagnose` (the same Trainer-free analysis the offline
-``lightning-bottleneck analyze`` command runs) and the output to :mod:`~lightning_bottleneck.publishing`.
+the option checks to :mod:`~lightning_bottleneck.callback_options`, the verdict (evidence, the same
+Trainer-free :func:`~lightning_bottleneck.diagnose.diagnose` the offline ``lightning-bottleneck analyze``
+command runs, mid-run vs end of fit) to :mod:`~lightning_bottleneck.verdict_cycle`, and the output to
+:mod:`~lightning_bottleneck.publishing`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import math
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,16 +27,32 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.autoload import stands_down
+from lightning_bottleneck.callback_options import (
+    check_bool,
+    check_int,
+    check_path,
+    check_seconds,
+    check_timeout,
+)
 from lightning_bottleneck.contention import CpuSnapshot, take_snapshot
-from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
-from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.measurement import Measured, MeasureOptions, measure, window_check
 from lightning_bottleneck.memory_trend import MemorySampler
 from lightning_bottleneck.profiler_window import ProfilerWindow, WindowOptions, worker_name
 from lightning_bottleneck.publishing import exit_note, publish
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.timing import StepTimer
+from lightning_bottleneck.verdict_cycle import (
+    against_midrun,
+    is_oom,
+    memory_sampler,
+    midrun_note,
+    outside_steps,
+    picture_changed,
+    take_verdict,
+    unfinished_window_note,
+)
 from lightning_bottleneck.verdict_outputs import publish_picture, publish_scalars
 from lightning_bottleneck.vocabulary import (
     NAMESPACE,
@@ -75,37 +90,6 @@ def _guarded(fn: F) -> F:
             return None
 
     return wrapper  # type: ignore[return-value]
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MisconfigurationException(
-            f"BottleneckCallback(`{name}`) must be an integer >= {minimum}, got {value!r}."
-        )
-    return value
-
-
-def _check_seconds(name: str, value: Any, what: str, auto: bool = False) -> float | None:
-    if auto and value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise MisconfigurationException(
-            f"BottleneckCallback(`{name}`) must be a number of seconds >= 0 ({what})"
-            + (" or None (automatic)" if auto else "")
-            + f", got {value!r}."
-        )
-    return float(value)
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise MisconfigurationException(f"BottleneckCallback(`{name}`) must be True or False, got {value!r}.")
-    return value
 
 
 class BottleneckCallback(Callback):
@@ -184,44 +168,31 @@ class BottleneckCallback(Callback):
         compile_budget_s: float | None = None,
     ) -> None:
         super().__init__()
-        self.wait = _check_int("wait", wait, 0)
-        self.warmup = _check_int("warmup", warmup, 0)
-        self.active = _check_int("active", active, 1)
-        self.repeat = _check_int("repeat", repeat, 1)
-        self.skip_first = _check_int("skip_first", skip_first, 0)
-        self.record_shapes = _check_bool("record_shapes", record_shapes)
-        self.profile_memory = _check_bool("profile_memory", profile_memory)
-        self.with_stack = _check_bool("with_stack", with_stack)
-        self.track_syncs = _check_bool("track_syncs", track_syncs)
+        self.wait = check_int("wait", wait, 0)
+        self.warmup = check_int("warmup", warmup, 0)
+        self.active = check_int("active", active, 1)
+        self.repeat = check_int("repeat", repeat, 1)
+        self.skip_first = check_int("skip_first", skip_first, 0)
+        self.record_shapes = check_bool("record_shapes", record_shapes)
+        self.profile_memory = check_bool("profile_memory", profile_memory)
+        self.with_stack = check_bool("with_stack", with_stack)
+        self.track_syncs = check_bool("track_syncs", track_syncs)
         if log_every_n_steps is not None:
-            _check_int("log_every_n_steps", log_every_n_steps, 0)
+            check_int("log_every_n_steps", log_every_n_steps, 0)
         self.log_every_n_steps = log_every_n_steps
-        for name, value in (("output_dir", output_dir), ("report_path", report_path), ("baseline", baseline)):
-            if value is not None and not isinstance(value, (str, os.PathLike)):
-                raise MisconfigurationException(
-                    f"BottleneckCallback(`{name}`) must be a path (str) or None, got {value!r}."
-                )
-        self.output_dir = output_dir
-        self.report_path = report_path
-        self.baseline = baseline
-        self.verbose = _check_bool("verbose", verbose)
-        if (
-            isinstance(gather_timeout, bool)
-            or not isinstance(gather_timeout, (int, float))
-            or gather_timeout <= 0
-        ):
-            raise MisconfigurationException(
-                f"BottleneckCallback(`gather_timeout`) must be a positive number of seconds, got {gather_timeout!r}."
-            )
-        self.gather_timeout = float(gather_timeout)
-        self.probe_loader = _check_bool("probe_loader", probe_loader)
-        self.loader_budget_s = _check_seconds(
+        self.output_dir = check_path("output_dir", output_dir)
+        self.report_path = check_path("report_path", report_path)
+        self.baseline = check_path("baseline", baseline)
+        self.verbose = check_bool("verbose", verbose)
+        self.gather_timeout = check_timeout("gather_timeout", gather_timeout)
+        self.probe_loader = check_bool("probe_loader", probe_loader)
+        self.loader_budget_s = check_seconds(
             "loader_budget_s", loader_budget_s, "0 turns the loader probe off", auto=True
         )
-        self.trial_budget_s = _check_seconds(
+        self.trial_budget_s = check_seconds(
             "trial_budget_s", trial_budget_s, "0 turns the trials off", auto=True
         )
-        self.compile_budget_s = _check_seconds(
+        self.compile_budget_s = check_seconds(
             "compile_budget_s",
             compile_budget_s,
             "on top of trial_budget_s; 0 skips the torch.compile trial",
@@ -339,7 +310,7 @@ class BottleneckCallback(Callback):
         if not self._active_fit:
             return
         try:
-            if _is_oom(exception):
+            if is_oom(exception):
                 self._oom = f"{type(exception).__name__}: {exception}"
             else:
                 self._notes.append(exit_note(exception))
@@ -386,7 +357,7 @@ class BottleneckCallback(Callback):
         )
         self._scalar_every = every if trainer.loggers else 0
         self._world_size = trainer.world_size
-        self._memory = _memory_sampler(trainer)
+        self._memory = memory_sampler(trainer)
         self._next_work = self._memory.next_step if self._memory is not None else _NEVER
         if self.track_syncs:
             from lightning_bottleneck.sync_hooks import SyncTracker
@@ -508,12 +479,10 @@ class BottleneckCallback(Callback):
         finally:
             if self._tracker is not None:
                 self._tracker.resume()
-        report = diagnose(self._evidence(trainer, [self._summary] if self._summary else [], []))
-        self._decorate(report)
-        report.notes.append(
-            f"Mid-run verdict at step {self._timer.steps} (global step {trainer.global_step}); "
-            "training goes on and this report is refreshed with the whole run's timing at the end of fit."
+        report = self._verdict(
+            trainer, [self._summary] if self._summary else [], [], list(self._window.trace_files)
         )
+        report.notes.append(midrun_note(self._timer.steps, trainer.global_step))
         self.midrun_report = report
         if trainer.is_global_zero:
             self._publish(trainer, report)
@@ -557,12 +526,7 @@ class BottleneckCallback(Callback):
     def _outside_steps(self) -> list[float]:
         """Always-on step times outside the profiled window (its steps cut out of the ring by position)."""
         ring = self._timer.step_ms
-        values = ring.values()
-        first = max(0, ring.n - ring.capacity)  # absolute position of values[0]
-        if self._window_ring is None:
-            return values
-        lo, hi = self._window_ring
-        return [v for i, v in enumerate(values, start=first) if not lo <= i < hi]
+        return outside_steps(ring.values(), max(0, ring.n - ring.capacity), self._window_ring)
 
     def _log_scalars(self, trainer: pl.Trainer) -> None:
         median_ms, wait_share = self._timer.rolling(max(1, self._scalar_every))
@@ -616,11 +580,7 @@ class BottleneckCallback(Callback):
             window.close_all()
         if window.prof is not None:
             if not window.done:
-                self._notes.append(
-                    f"Training stopped after {self._timer.steps} step(s), before the profiling schedule "
-                    f"(skip_first={self.skip_first}, wait={self.wait}, warmup={self.warmup}, "
-                    f"active={self.active}) completed; lower wait/warmup for short runs."
-                )
+                self._notes.append(unfinished_window_note(self._timer.steps, window.options))
             window.stop(save=True)  # saves a partial active window, if any
             if self._cpu_start is not None and self._cpu_end is None:
                 self._cpu_end = take_snapshot(threads=torch.get_num_threads())
@@ -648,71 +608,31 @@ class BottleneckCallback(Callback):
             summaries = merged.summaries
             trace_files += merged.trace_files
             self._notes += merged.notes
-        self.report = diagnose(self._evidence(trainer, summaries, sites, trace_files))
-        self._decorate(self.report)
-        if self.midrun_report is not None:
-            self.report.notes.append(_since_midrun(self.midrun_report, self.report))
-            self.report.metrics["midrun"] = _verdict_summary(self.midrun_report)
+        self.report = self._verdict(trainer, summaries, sites, trace_files)
+        against_midrun(self.midrun_report, self.report)
         if trainer.is_global_zero:
             self._publish(trainer, self.report)
 
-    def _timing(self) -> Any:
+    def _timing(self) -> TimingStats:
         config = self._config
         return self._timer.stats(float(config.batch_size) if config and config.batch_size else None)
 
-    def _evidence(
-        self,
-        trainer: pl.Trainer,
-        summaries: list[TraceSummary],
-        sites: list[Any],
-        trace_files: list[str] | None = None,
-    ) -> Evidence:
-        from lightning_bottleneck.run_inspection import memory_stats
-
-        measured = self._measured or Measured()
-        return Evidence(
+    def _verdict(
+        self, trainer: pl.Trainer, summaries: list[TraceSummary], sites: list[Any], trace_files: list[str]
+    ) -> Report:
+        return take_verdict(
+            trainer,
             summaries=summaries,
+            sites=sites,
+            trace_files=trace_files,
             timing=self._timing(),
-            sync_sites=sites,
-            memory=memory_stats(trainer),
+            measured=self._measured,
+            memory=self._memory,
             oom=self._oom,
-            config=self._config or RunConfig(),
+            config=self._config,
             environment=self._env,
-            trace_files=list(self._window.trace_files) if trace_files is None else trace_files,
-            notes=list(self._notes),
-            rank=trainer.global_rank,
-            run_length=measured.run_length,
-            loader_ladder=measured.loader_ladder,
-            trials=measured.trials,
-            contention=measured.contention,
-            window_check=measured.window_check,
-            memory_trend=self._memory.trend() if self._memory is not None else None,
+            notes=self._notes,
         )
-
-    def _decorate(self, report: Report) -> None:
-        """What was measured, under ``metrics`` (kept when diagnose already put it there), and the memory
-        creep finding."""
-        from lightning_bottleneck.rules.memory_creep import memory_creep_findings
-
-        measured = self._measured
-        metrics = report.metrics
-        if measured is not None:
-            if measured.run_length is not None:
-                metrics.setdefault("run_length", dataclasses.asdict(measured.run_length))
-            for key, value in (
-                ("loader_ladder", measured.loader_ladder),
-                ("trials", measured.trials),
-                ("contention", measured.contention),
-                ("window_check", measured.window_check),
-            ):
-                if value is not None:
-                    metrics.setdefault(key, value.to_dict())
-        if self._memory is not None:
-            trend = self._memory.trend()
-            metrics.setdefault("memory_trend", trend.to_dict())
-            total = measured.run_length.total_steps if measured and measured.run_length else None
-            if not any("memory_creep_mb_per_1k_steps" in f.evidence for f in report.findings):
-                report.findings += memory_creep_findings(trend, total)
 
     def _publish(self, trainer: pl.Trainer, report: Report) -> None:
         written = publish(
@@ -728,9 +648,7 @@ class BottleneckCallback(Callback):
         publish_scalars(trainer, report)
         self._join_picture()
         # the image again at the end of fit only when the verdict or the first advice changed (~0.2 s)
-        changed = (
-            self.midrun_report is None or report is self.midrun_report or _changed(self.midrun_report, report)
-        )
+        changed = picture_changed(self.midrun_report, report)
         self._picture = publish_picture(
             trainer, report, self._phases, written or self._report_file, image=changed
         )
@@ -750,46 +668,3 @@ class BottleneckCallback(Callback):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
-
-
-def _memory_sampler(trainer: pl.Trainer) -> MemorySampler:
-    """CUDA allocated memory on a CUDA run (a counter read, no sync), else the process RSS."""
-    if trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available():
-        device = trainer.strategy.root_device
-        return MemorySampler(
-            reader=lambda: torch.cuda.memory_allocated(device) / 2**20, source="cuda_allocated"
-        )
-    return MemorySampler()
-
-
-def _verdict_summary(report: Report) -> dict[str, Any]:
-    first = report.recommendations[0].title if report.recommendations else None
-    return {"primary": report.primary.value, "confidence": report.confidence, "first_advice": first}
-
-
-def _changed(before: Report, after: Report) -> bool:
-    b, a = _verdict_summary(before), _verdict_summary(after)
-    return bool(b["primary"] != a["primary"] or b["first_advice"] != a["first_advice"])
-
-
-def _since_midrun(before: Report, after: Report) -> str:
-    """One note: what changed between the mid-run verdict and the end-of-fit one."""
-    b, a = _verdict_summary(before), _verdict_summary(after)
-    verdict = (
-        f"the same verdict ({a['primary']})"
-        if b["primary"] == a["primary"]
-        else f"a different verdict: {b['primary']} mid-run, {a['primary']} over the whole run"
-    )
-    advice = (
-        "the same first advice"
-        if b["first_advice"] == a["first_advice"]
-        else f"first advice changed from {b['first_advice']!r} to {a['first_advice']!r}"
-    )
-    return f"Since the mid-run verdict: {verdict}, {advice} (now with the whole run's step timing)."
-
-
-def _is_oom(exception: BaseException) -> bool:
-    oom_types: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
-    if hasattr(torch, "OutOfMemoryError"):
-        oom_types += (torch.OutOfMemoryError,)
-    return isinstance(exception, oom_types) or "out of memory" in str(exception).lower()

@@ -25,6 +25,8 @@ LIVE_SIDE = {
     "lightning_bottleneck.loader_probe",  # builds and times DataLoaders
     "lightning_bottleneck.trials",  # runs forward+backward on the live model
     "lightning_bottleneck.verdict_outputs",  # the loggers' scalars and TensorBoardLogger images
+    "lightning_bottleneck.callback_options",  # raises lightning's MisconfigurationException
+    "lightning_bottleneck.verdict_cycle",  # reads the Trainer; torch.cuda memory and OOM types
 }
 
 #: Layers the brief requires to be pure, checked by name so a move cannot drop them silently.
