@@ -186,7 +186,7 @@ def test_worker_restarts_record_epoch_stalls_and_probe_the_loader(tmp_path: Path
     trainer.fit(Regressor(), loader)
     assert cb.report is not None
     stalls = cb.report.metrics["timing"]["epoch_start_wait_ms"]
-    assert len(stalls) == 4 and min(stalls) > 200, stalls
+    assert len(stalls) == 4 and min(stalls) > 150, stalls  # 250 ms worker start-up; margin for a busy core
     ladder = cb.report.metrics["loader_ladder"]
     assert ladder["rungs"], ladder
     assert cb.report.metrics["run_length"] == {"total_steps": 16, "steps_per_epoch": 4, "epochs": 4}
