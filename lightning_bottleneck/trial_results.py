@@ -33,6 +33,8 @@ class TrialResult:
     compile_s: float | None = None
     recommended: bool = False
     note: str = ""
+    #: measured while other processes took the CPUs: kept as evidence, used neither as a win nor as a veto
+    unconfirmed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

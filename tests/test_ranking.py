@@ -179,6 +179,27 @@ def test_bf16_measured_slower_is_not_recommended_and_kept_as_evidence() -> None:
     assert "Tried bf16-mixed on this model: 0.90x, not recommended" in render_text(report)
 
 
+def test_trials_on_a_busy_machine_neither_win_nor_veto_the_estimate() -> None:
+    """Contention distorts trials both ways: unconfirmed figures stay as evidence, the advice is estimated."""
+    from dataclasses import replace
+
+    slower = replace(_trial("bf16-mixed", {"precision": "bf16-mixed"}, 0.5), unconfirmed=True)
+    faster = replace(_trial("compile", {"compile": True}, 2.3), recommended=False, unconfirmed=True)
+    ev = Evidence(
+        summaries=[_cpu_trace(compute=0.9)],
+        timing=_timing(),
+        config=_cpu_cfg(),
+        run_length=RunLength(total_steps=1000),
+        trials=TrialReport(results=[slower, faster]),
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.COMPUTE
+    first = report.recommendations[0]
+    assert first.settings.get("precision") == "bf16-mixed", [r.settings for r in report.recommendations]
+    assert first.method == "estimated"
+    assert any("kept as evidence but not used" in n for n in report.notes)
+
+
 def test_compile_measured_1_96x_ranks_before_bf16_measured_1_1x() -> None:
     trials = TrialReport(
         results=[

@@ -497,8 +497,15 @@ def _model_candidates(
         model_ms = account.step_ms * max(
             0.0, 1.0 - sum(_share(breakdown, s) for s in (Share.DATA_WAIT, Share.SYNC, Share.COMMUNICATION))
         )
+        unconfirmed = [r for r in trials.results if r.unconfirmed and r.measured_speedup is not None]
+        if unconfirmed:
+            ranking.notes.append(
+                "Trials ran while other processes took the CPUs, so their figures ("
+                + ", ".join(f"{r.name} {r.measured_speedup:.2f}x" for r in unconfirmed)
+                + ") are kept as evidence but not used: the compute advice is estimated from the trace."
+            )
         for r in trials.results:
-            if r.measured_speedup is None:
+            if r.measured_speedup is None or r.unconfirmed:
                 continue
             measured_keys |= set(r.settings)
             out.append(_trial_candidate(r, compute, overhead, model_ms, account))
