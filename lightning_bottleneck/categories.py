@@ -76,3 +76,18 @@ BUCKET_SHARES: dict[Category, Share] = {
     Category.COMPUTE: Share.COMPUTE,
     Category.OVERHEAD: Share.OVERHEAD,
 }
+
+
+class Phase(str, Enum):
+    """The stacked segments of one step, in drawing order (bottom to top)."""
+
+    DATA_WAIT = "data_wait"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    SYNC = "sync"
+    COMMUNICATION = "communication"
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value

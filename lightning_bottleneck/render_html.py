@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from html import escape
 
-from lightning_bottleneck.analysis.step_phases import Phase, StepPhases
+from lightning_bottleneck.analysis.step_phases import StepPhases
+from lightning_bottleneck.categories import Phase
 from lightning_bottleneck.render import HEADLINES, headline
 from lightning_bottleneck.report import Report
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ from lightning_bottleneck.analysis.intervals import (
     per_window_total,
     subtract,
 )
+from lightning_bottleneck.categories import Phase
 from lightning_bottleneck.trace.model import DEVICE_WORK_KINDS, EventKind, Trace
 from lightning_bottleneck.vocabulary import (
     NAMESPACE,
@@ -50,21 +50,6 @@ from lightning_bottleneck.vocabulary import (
 )
 
 __all__ = ["PRECEDENCE", "Phase", "StepPhase", "StepPhases", "analysed_step_windows", "step_phases"]
-
-
-class Phase(str, Enum):
-    """The stacked segments of one step, in drawing order (bottom to top)."""
-
-    DATA_WAIT = "data_wait"
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    OPTIMIZER = "optimizer"
-    SYNC = "sync"
-    COMMUNICATION = "communication"
-    OTHER = "other"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Which phase owns an instant claimed by several (nested spans): the narrowest, most specific first.
