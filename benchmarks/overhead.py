@@ -106,9 +106,9 @@ def make_fit(steps: int, variant: str) -> Callable[[], float]:
 def hook_cost_ns(n: int = 200_000) -> float:
     """ns per training step of the always-on path outside the window (timing + sync-tracker step count +
     the counter check for due work, with a memory sample every 10 steps)."""
-    from lightning_bottleneck.memory_trend import MemorySampler
-    from lightning_bottleneck.sync_hooks import SyncTracker
-    from lightning_bottleneck.timing import StepTimer
+    from lightning_bottleneck.live.sync_hooks import SyncTracker
+    from lightning_bottleneck.live.timing import StepTimer
+    from lightning_bottleneck.measure.memory_trend import MemorySampler
 
     timer, tracker, memory = StepTimer(), SyncTracker(), MemorySampler()
     timer.epoch_start()

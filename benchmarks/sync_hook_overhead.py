@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from lightning_bottleneck.sync_hooks import SyncTracker
+from lightning_bottleneck.live.sync_hooks import SyncTracker
 
 torch.set_num_threads(1)
 SCALAR = torch.tensor(1.5)

@@ -17,8 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
-from lightning_bottleneck.contention import assess, take_snapshot
-from lightning_bottleneck.trials import run_trials
+from lightning_bottleneck.measure.contention import assess, take_snapshot
+from lightning_bottleneck.measure.trials import run_trials
 
 from scenarios import scenario
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from lightning_bottleneck.callback import BottleneckCallback
+from lightning_bottleneck.live.callback import BottleneckCallback
 
 
 class ItemEveryStep(pl.LightningModule):

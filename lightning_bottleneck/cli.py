@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.compare import compare_runs, render_comparison, slower_beyond
 from lightning_bottleneck.offline import analyze_paths, load_run
+from lightning_bottleneck.output.compare import compare_runs, render_comparison, slower_beyond
 from lightning_bottleneck.trace.errors import TraceError, one_line
 from lightning_bottleneck.trace.reader import path_kind
 
@@ -189,10 +189,10 @@ def _execute(args: argparse.Namespace) -> tuple[int, str]:
         if args.json:
             return EXIT_OK, strict_json(report.to_dict())
         if args.markdown:
-            from lightning_bottleneck.render import render_markdown
+            from lightning_bottleneck.output.text import render_markdown
 
             return EXIT_OK, render_markdown(report)
-        from lightning_bottleneck.render import render_text
+        from lightning_bottleneck.output.text import render_text
 
         return EXIT_OK, render_text(report)
     before, before_source = load_run(args.before)

@@ -16,7 +16,7 @@ from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, brea
 from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.report import Finding, RankSummary, Recommendation, Report, StepTime
+from lightning_bottleneck.output.report import Finding, RankSummary, Recommendation, Report, StepTime
 from lightning_bottleneck.rules import classify, final_verdict, thresholds
 from lightning_bottleneck.rules.communication import with_communication_evidence
 from lightning_bottleneck.rules.ranking import Ranking, rank, ranked_verdict, tried_findings

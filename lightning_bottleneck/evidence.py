@@ -12,10 +12,10 @@ from typing import Any
 
 from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.contention import Contention
-from lightning_bottleneck.loader_ladder import LoaderLadder
-from lightning_bottleneck.memory_trend import MemoryTrend
-from lightning_bottleneck.trial_results import TrialReport
+from lightning_bottleneck.measure.contention import Contention
+from lightning_bottleneck.measure.loader_ladder import LoaderLadder
+from lightning_bottleneck.measure.memory_trend import MemoryTrend
+from lightning_bottleneck.measure.trial_results import TrialReport
 
 
 @dataclass
@@ -137,8 +137,10 @@ class Evidence:
     rank: int = 0
     # ---- measured after the window by the live callback (None offline, or when not run) ----
     run_length: RunLength | None = None
-    loader_ladder: LoaderLadder | None = None  # lightning_bottleneck.loader_probe.probe_loader
-    trials: TrialReport | None = None  # lightning_bottleneck.trials.run_trials on a batch of the window
+    loader_ladder: LoaderLadder | None = None  # lightning_bottleneck.measure.loader_probe.probe_loader
+    trials: TrialReport | None = (
+        None  # lightning_bottleneck.measure.trials.run_trials on a batch of the window
+    )
     contention: Contention | None = None  # contention.assess over the window (other processes' CPU use)
     window_check: WindowCheck | None = None  # analysis.representative.check_window (window vs the rest)
     memory_trend: MemoryTrend | None = None  # memory_trend.MemorySampler over the whole run (RSS or CUDA)

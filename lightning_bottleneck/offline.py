@@ -26,7 +26,7 @@ from typing import Any
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.reader import find_trace_files, path_kind
 

@@ -17,6 +17,8 @@ PROFILER_STEP_PREFIX = "ProfilerStep#"
 #: torch's span around ``Optimizer.step`` (wraps the closure, i.e. forward and backward, in Lightning's
 #: automatic optimization).
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+#: The environment variable that turns the callback on with no code change (``live/autoload.py``).
+ENV_VAR = "LIGHTNING_BOTTLENECK"
 #: The package's namespace: the callback's record_function labels, its scalars and its TensorBoard text.
 NAMESPACE = "bottleneck/"
 #: Phases the callback labels (``bottleneck/<phase>``); the report's ``metrics.trace.phases`` keys.

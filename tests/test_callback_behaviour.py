@@ -161,7 +161,7 @@ def test_internal_error_warns_once_disables_and_training_goes_on(tmp_path: Path,
     def boom(self):  # an internal bug in the always-on timing
         raise RuntimeError("boom")
 
-    from lightning_bottleneck import timing
+    from lightning_bottleneck.live import timing
 
     monkeypatch.setattr(timing.StepTimer, "batch_end", boom)
     with pytest.warns(UserWarning, match="disabled itself") as record:

@@ -123,7 +123,7 @@ def test_module_entry_point_never_imports_torch_or_lightning(gpu_trace: Path) ->
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'lightning', 'pytorch_lightning', 'lightning_bottleneck.callback'))\n"
+        "('torch', 'lightning', 'pytorch_lightning', 'lightning_bottleneck.live.callback'))\n"
         "sys.stderr.write('HEAVY=' + repr(heavy))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)

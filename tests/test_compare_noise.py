@@ -10,7 +10,7 @@ import pytest
 
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.cli import main
-from lightning_bottleneck.compare import (
+from lightning_bottleneck.output.compare import (
     HELPED,
     HURT,
     INCONCLUSIVE,
@@ -19,7 +19,7 @@ from lightning_bottleneck.compare import (
     ratio_interval,
     slower_beyond,
 )
-from lightning_bottleneck.report import MAX_STEP_SAMPLES, Report, StepTime
+from lightning_bottleneck.output.report import MAX_STEP_SAMPLES, Report, StepTime
 
 
 def _noisy(n: int, median: float, spread: float, seed: int) -> list[float]:

@@ -13,14 +13,14 @@ from dataclasses import replace
 
 import pytest
 
-from lightning_bottleneck.contention import (
+from lightning_bottleneck.measure.contention import (
     INVOLUNTARY_SWITCHES_PER_S,
     MATERIAL_SHORTFALL,
     CpuSnapshot,
     assess,
     take_snapshot,
 )
-from lightning_bottleneck.cpus import usable_cpus
+from lightning_bottleneck.measure.cpus import usable_cpus
 
 
 def _snap(**kw: float) -> CpuSnapshot:

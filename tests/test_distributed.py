@@ -106,7 +106,7 @@ def test_diagnose_reports_missing_ranks() -> None:
 def test_communication_advice_uses_the_runs_settings() -> None:
     from lightning_bottleneck.advice.communication import communication_recommendations
     from lightning_bottleneck.categories import Severity
-    from lightning_bottleneck.report import Finding
+    from lightning_bottleneck.output.report import Finding
 
     comm = {
         "wait_in_backward_share": 0.1,
@@ -132,7 +132,7 @@ _GATHER_PROBE = r"""
 import json, sys, time
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from lightning_bottleneck.distributed import RankGather
+from lightning_bottleneck.live.distributed import RankGather
 
 def main(rank, tmp, dead):
     dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
@@ -171,7 +171,7 @@ _AGREE_PROBE = r"""
 import json, sys
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from lightning_bottleneck.distributed import RankGather
+from lightning_bottleneck.live.distributed import RankGather
 
 def main(rank, tmp):
     dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
@@ -193,7 +193,7 @@ def test_ranks_agree_on_the_measurement_plan(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(probe), str(tmp_path)], check=True, timeout=60, capture_output=True)
     for rank in (0, 1):
         assert json.loads((tmp_path / f"agree{rank}.json").read_text()) == [True, True, False]
-    from lightning_bottleneck.distributed import RankGather
+    from lightning_bottleneck.live.distributed import RankGather
 
     assert RankGather().agree([True, False]) == [True, False]  # not distributed: this rank's own plan
 

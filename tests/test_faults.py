@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from lightning_bottleneck import BottleneckCallback
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.report import Report, StepTime
+from lightning_bottleneck.output.report import Report, StepTime
 
 from conftest import quiet_trainer
 
@@ -524,6 +524,6 @@ def test_keyboard_interrupt_note_has_no_empty_message(tmp_path: Path) -> None:
     ],
 )
 def test_exit_note_omits_an_empty_message(error: BaseException, note: str) -> None:
-    from lightning_bottleneck.publishing import exit_note
+    from lightning_bottleneck.live.publishing import exit_note
 
     assert exit_note(error) == note

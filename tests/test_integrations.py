@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_bottleneck.autoload import ENV_VAR, callbacks_from_env, parse_options
+from lightning_bottleneck.live.autoload import ENV_VAR, callbacks_from_env, parse_options
 
 from conftest import EXAMPLES
 
@@ -94,7 +94,7 @@ def test_env_var_off_adds_and_imports_nothing(monkeypatch: pytest.MonkeyPatch) -
     probe = (
         "import sys, lightning.pytorch as pl\n"
         "pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)\n"
-        "print('lightning_bottleneck.callback' in sys.modules)\n"
+        "print('lightning_bottleneck.live.callback' in sys.modules)\n"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != ENV_VAR}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)

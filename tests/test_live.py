@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_bottleneck import BottleneckCallback
-from lightning_bottleneck.memory_trend import MemorySampler, MemoryTrend
+from lightning_bottleneck.measure.memory_trend import MemorySampler, MemoryTrend
 from lightning_bottleneck.rules.memory_creep import memory_creep_findings
 
 from conftest import quiet_trainer
@@ -328,7 +328,7 @@ def test_measurement_options_are_validated(kwargs: dict, option: str) -> None:
 
 
 def test_measurement_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_bottleneck.autoload import callbacks_from_env
+    from lightning_bottleneck.live.autoload import callbacks_from_env
 
     monkeypatch.setenv("LIGHTNING_BOTTLENECK", "trial_budget_s=0,loader_budget_s=1.5,probe_loader=false")
     (cb,) = callbacks_from_env()
@@ -342,7 +342,7 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     """Left at None, the budgets take at most 2% of the projected fit: an input-bound fit of about a second
     is not slowed by its own diagnosis (probe skipped with a note, estimated advice); the same fit with an
     explicit budget is probed."""
-    from lightning_bottleneck.measurement import AUTO_SHARE_OF_RUN, MeasureOptions, projected_run_s
+    from lightning_bottleneck.measure.stage import AUTO_SHARE_OF_RUN, MeasureOptions, projected_run_s
 
     reports = {}
     for name, budget in (("auto", None), ("explicit", 1.0)):

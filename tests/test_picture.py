@@ -24,10 +24,10 @@ from lightning_bottleneck.analysis.step_phases import (
 )
 from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.categories import Severity
-from lightning_bottleneck.picture import HTML_FILENAME, IMAGE_TAG, write_picture
-from lightning_bottleneck.render import render_markdown
-from lightning_bottleneck.render_html import render_html
-from lightning_bottleneck.report import Finding, Recommendation, Report, StepTime
+from lightning_bottleneck.output.html import render_html
+from lightning_bottleneck.output.picture import HTML_FILENAME, IMAGE_TAG, write_picture
+from lightning_bottleneck.output.report import Finding, Recommendation, Report, StepTime
+from lightning_bottleneck.output.text import render_markdown
 from lightning_bottleneck.trace.reader import load_trace
 
 from _trace_builders import gpu_training_events, write_trace
@@ -296,7 +296,7 @@ def test_png_decodes_with_the_right_size(input_fit: tuple[Report, StepPhases]) -
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
-    from lightning_bottleneck.render_image import IMAGE_SIZE, render_png, render_rgb
+    from lightning_bottleneck.output.image import IMAGE_SIZE, render_png, render_rgb
 
     report, phases = input_fit
     png = render_png(report, phases)
@@ -315,7 +315,7 @@ def test_image_goes_to_tensorboard_images_tab(input_fit: tuple[Report, StepPhase
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from torch.utils.tensorboard import SummaryWriter
 
-    from lightning_bottleneck.render_image import IMAGE_SIZE
+    from lightning_bottleneck.output.image import IMAGE_SIZE
 
     report, phases = input_fit
     writer = SummaryWriter(log_dir=str(tmp_path))
@@ -333,7 +333,7 @@ def test_image_goes_to_tensorboard_images_tab(input_fit: tuple[Report, StepPhase
 def test_without_matplotlib_the_image_is_skipped_with_a_note(
     input_fit: tuple[Report, StepPhases], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import lightning_bottleneck.picture as picture
+    import lightning_bottleneck.output.picture as picture
 
     class Writer:
         def add_image(self, *args: Any, **kwargs: Any) -> None:

@@ -1,11 +1,14 @@
-"""The package's layering, checked: everything but the live-run side imports without torch or lightning.
+"""The package's layering, checked: the folders are the architecture.
 
-Replaces the "pure (no torch)" claims module docstrings used to make. A new module is pure unless it is
-listed in ``LIVE_SIDE`` below (and says why it needs torch or lightning).
+- ``live/`` (inside a Trainer) and ``measure/`` (timing on the live run) may import torch and lightning;
+  every other module imports without them, which is what lets ``lightning-bottleneck analyze`` run anywhere.
+- Nothing outside ``live/`` and ``measure/`` reaches into ``live/`` (the one exception: the package's lazy
+  ``BottleneckCallback`` attribute), and no module imports another that imports it back.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -14,40 +17,29 @@ from pathlib import Path
 
 import lightning_bottleneck
 
-#: Modules that run inside a live Trainer and need torch and/or lightning.
-LIVE_SIDE = {
-    "lightning_bottleneck.callback",  # the Lightning callback itself
-    "lightning_bottleneck.profiler_window",  # torch.profiler
-    "lightning_bottleneck.publishing",  # TensorBoardLogger, rank_zero_info
-    "lightning_bottleneck.distributed",  # torch.distributed
-    "lightning_bottleneck.run_inspection",  # reads the Trainer and its DataLoader
-    "lightning_bottleneck.sync_hooks",  # patches torch.Tensor methods
-    "lightning_bottleneck.loader_probe",  # builds and times DataLoaders
-    "lightning_bottleneck.trials",  # runs forward+backward on the live model
-    "lightning_bottleneck.verdict_outputs",  # the loggers' scalars and TensorBoardLogger images
-    "lightning_bottleneck.callback_options",  # raises lightning's MisconfigurationException
-    "lightning_bottleneck.verdict_cycle",  # reads the Trainer; torch.cuda memory and OOM types
+ROOT = Path(lightning_bottleneck.__file__).parent
+#: Folders whose modules may import torch and lightning.
+TORCH_FOLDERS = ("lightning_bottleneck.live", "lightning_bottleneck.measure")
+#: The folders the layout promises, each with its role (README "Architecture" and docs/architecture.md).
+FOLDERS = ("live", "measure", "trace", "analysis", "rules", "advice", "output")
+#: Top-level modules: the public entry points and the shared vocabulary, nothing else.
+TOP_LEVEL = {
+    "__init__",
+    "__main__",
+    "cli",
+    "offline",
+    "diagnose",
+    "categories",
+    "vocabulary",
+    "evidence",
+    "stats",
 }
+FRAMEWORKS = ("torch", "lightning", "pytorch_lightning")
 
-#: Layers the brief requires to be pure, checked by name so a move cannot drop them silently.
-MUST_BE_PURE = {
-    "lightning_bottleneck",
-    "lightning_bottleneck.__main__",
-    "lightning_bottleneck.cli",
-    "lightning_bottleneck.compare",
-    "lightning_bottleneck.diagnose",
-    "lightning_bottleneck.evidence",
-    "lightning_bottleneck.render",
-    "lightning_bottleneck.report",
-    "lightning_bottleneck.vocabulary",
-    "lightning_bottleneck.analysis.steps",
-    "lightning_bottleneck.analysis.trace_metrics",
-    "lightning_bottleneck.analysis.communication",
-    "lightning_bottleneck.analysis.trace_file",
-    "lightning_bottleneck.rules",
-    "lightning_bottleneck.advice",
-    "lightning_bottleneck.trace.reader",
-}
+
+def _in_torch_folder(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in TORCH_FOLDERS)
+
 
 _BLOCKED_IMPORT = r"""
 import importlib, importlib.abc, json, sys
@@ -74,18 +66,107 @@ print(json.dumps(failed))
 
 
 def _package_modules() -> set[str]:
-    root = Path(lightning_bottleneck.__file__).parent
     found = {"lightning_bottleneck"}
-    for info in pkgutil.walk_packages([str(root)], prefix="lightning_bottleneck."):
+    for info in pkgutil.walk_packages([str(ROOT)], prefix="lightning_bottleneck."):
         found.add(info.name)
     return found
 
 
-def test_every_module_but_the_live_side_imports_without_torch_or_lightning() -> None:
+def _module_file(name: str) -> Path:
+    rel = Path(*name.split(".")[1:])
+    package = ROOT / rel / "__init__.py"
+    return package if package.exists() else (ROOT / rel).with_suffix(".py")
+
+
+def _imports(name: str) -> set[str]:
+    """Every module ``name`` imports, at module level or inside a function; ``TYPE_CHECKING`` blocks aside."""
+    found: set[str] = set()
+
+    class Visitor(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            test = node.test
+            if getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING":
+                for child in node.orelse:
+                    self.visit(child)
+                return
+            self.generic_visit(node)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            found.update(alias.name for alias in node.names)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            if node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+
+    Visitor().visit(ast.parse(_module_file(name).read_text()))
+    return found
+
+
+def test_the_tree_is_the_architecture() -> None:
+    top = {p.stem for p in ROOT.glob("*.py")}
+    assert top == TOP_LEVEL, f"top-level modules {sorted(top - TOP_LEVEL)} belong in a folder"
+    folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(FOLDERS), folders
+
+
+def test_nothing_outside_live_and_measure_imports_torch_or_lightning_even_lazily() -> None:
+    offenders = {}
+    for name in sorted(_package_modules()):
+        if _in_torch_folder(name):
+            continue
+        bad = {m for m in _imports(name) if m.split(".")[0] in FRAMEWORKS}
+        live = {m for m in _imports(name) if m.startswith("lightning_bottleneck.live")}
+        if (
+            name == "lightning_bottleneck"
+        ):  # the lazy ``BottleneckCallback`` attribute, the public entry point
+            live.discard("lightning_bottleneck.live.callback")
+            live.discard("lightning_bottleneck.live.callback.BottleneckCallback")
+        if bad or live:
+            offenders[name] = sorted(bad | live)
+    assert offenders == {}, offenders
+
+
+def test_no_import_cycles() -> None:
     modules = _package_modules()
-    assert modules >= LIVE_SIDE, LIVE_SIDE - modules
-    assert modules >= MUST_BE_PURE, MUST_BE_PURE - modules
-    pure = sorted(modules - LIVE_SIDE)
+    graph = {name: {m for m in _imports(name) if m in modules and m != name} for name in modules}
+    cycles: list[list[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = [stack.pop()]
+            while component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    assert cycles == [], cycles
+
+
+def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
+    """A report <-> text style cycle (as the tree had before the layout) is seen by ``_imports``."""
+    assert "lightning_bottleneck.output.text" in _imports("lightning_bottleneck.output.report")
+    assert "lightning_bottleneck.output.report" not in _imports("lightning_bottleneck.output.text")
+
+
+def test_every_module_outside_live_and_measure_imports_without_torch_or_lightning() -> None:
+    modules = _package_modules()
+    pure = sorted(m for m in modules if not _in_torch_folder(m))
+    assert "lightning_bottleneck.cli" in pure and "lightning_bottleneck.trace.reader" in pure
     out = subprocess.run(
         [sys.executable, "-c", _BLOCKED_IMPORT, json.dumps(pure)],
         capture_output=True,
@@ -100,11 +181,11 @@ def test_every_module_but_the_live_side_imports_without_torch_or_lightning() -> 
 def test_the_blocker_does_block() -> None:
     """The check above can fail: a live-side module does not import under the blocker."""
     out = subprocess.run(
-        [sys.executable, "-c", _BLOCKED_IMPORT, json.dumps(["lightning_bottleneck.callback"])],
+        [sys.executable, "-c", _BLOCKED_IMPORT, json.dumps(["lightning_bottleneck.live.callback"])],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
     failed = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "blocked import of" in failed["lightning_bottleneck.callback"]
+    assert "blocked import of" in failed["lightning_bottleneck.live.callback"]

@@ -7,16 +7,16 @@ import pytest
 from lightning_bottleneck.analysis.representative import check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.contention import Contention
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
-from lightning_bottleneck.loader_ladder import BOUND_CPU, LoaderLadder, Rung
-from lightning_bottleneck.render import render_markdown, render_text
-from lightning_bottleneck.render_html import render_html
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.measure.contention import Contention
+from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
+from lightning_bottleneck.output.html import render_html
+from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.output.text import render_markdown, render_text
 from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.rules.ranking import MEASURED, rank
-from lightning_bottleneck.trial_results import TrialReport, TrialResult
 
 
 def _cpu_trace(
@@ -346,8 +346,8 @@ def test_offline_estimates_keep_share_times_recoverable_order() -> None:
 def test_every_setting_the_trials_can_try_has_a_bucket_and_a_snippet() -> None:
     import torch
 
-    from lightning_bottleneck import trials
     from lightning_bottleneck.advice.ranked import TRIAL_SNIPPETS
+    from lightning_bottleneck.measure import trials
     from lightning_bottleneck.rules.ranking import COMPUTE_LEVERS
 
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(1))
@@ -412,7 +412,7 @@ def test_a_rank_slowed_by_a_busy_core_is_not_a_straggler_when_the_collectives_co
 def test_input_advice_needs_a_steady_wait_or_an_input_straggler() -> None:
     from lightning_bottleneck.advice import input_advice
     from lightning_bottleneck.categories import Severity
-    from lightning_bottleneck.report import Finding
+    from lightning_bottleneck.output.report import Finding
 
     cfg = RunConfig(num_workers=0, usable_cpus=4)
     assert input_advice(cfg, []) == []  # below the medium threshold: leave the loader alone

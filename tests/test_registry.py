@@ -8,7 +8,7 @@ from lightning_bottleneck.advice import ADVISORS
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Share
-from lightning_bottleneck.render import HEADLINES
+from lightning_bottleneck.output.text import HEADLINES
 from lightning_bottleneck.rules import SHARE_RULES
 from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.rules.stragglers import OWN_WORK_BUCKETS as STRAGGLER_BUCKETS

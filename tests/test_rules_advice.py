@@ -179,7 +179,7 @@ def test_no_evidence_is_unknown() -> None:
 
 
 def test_report_round_trips_through_json() -> None:
-    from lightning_bottleneck.report import Report
+    from lightning_bottleneck.output.report import Report
 
     report = diagnose(_input_evidence(RunConfig(num_workers=0, batch_size=4, usable_cpus=4)))
     again = Report.from_dict(report.to_dict())
@@ -234,7 +234,7 @@ def test_too_few_steps_is_unknown(tmp_path) -> None:
 
 
 def test_cgroup_cpu_quota_is_read_from_v2_and_v1_files(tmp_path) -> None:
-    from lightning_bottleneck.cpus import cgroup_cpu_quota, usable_cpus
+    from lightning_bottleneck.measure.cpus import cgroup_cpu_quota, usable_cpus
 
     v2 = tmp_path / "v2"
     v2.mkdir()
@@ -253,7 +253,7 @@ def test_cgroup_cpu_quota_is_read_from_v2_and_v1_files(tmp_path) -> None:
 
 
 def test_ring_buffer_keeps_the_most_recent_values_without_growing() -> None:
-    from lightning_bottleneck.timing import _Ring
+    from lightning_bottleneck.live.timing import _Ring
 
     ring = _Ring(4)
     for v in range(1, 3):

@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.categories import Severity
 from lightning_bottleneck.evidence import SyncSite
+from lightning_bottleneck.live.sync_hooks import SyncTracker
 from lightning_bottleneck.rules.sync_sites import CPU_NOTE, sync_share, sync_site_findings
-from lightning_bottleneck.sync_hooks import SyncTracker
 
 HERE = os.path.realpath(__file__)
 N_ITEMS = 3
@@ -417,7 +417,7 @@ def test_advice_per_site() -> None:
 
 # --- end to end
 def _bottleneck_callback(tmp_path: Path) -> Any:
-    mod = pytest.importorskip("lightning_bottleneck.callback")
+    mod = pytest.importorskip("lightning_bottleneck.live.callback")
     return mod.BottleneckCallback(
         wait=0,
         warmup=0,

@@ -16,8 +16,8 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
-from lightning_bottleneck import trials
-from lightning_bottleneck.trials import TrialReport, TrialResult, run_trials
+from lightning_bottleneck.measure import trials
+from lightning_bottleneck.measure.trials import TrialReport, TrialResult, run_trials
 
 from conftest import quiet_trainer
 from scenarios import in_memory
@@ -289,7 +289,7 @@ def test_trials_on_cuda_try_autocast_and_tf32() -> None:
 
 
 def test_a_win_measured_on_a_busy_machine_is_kept_unconfirmed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_bottleneck import contention
+    from lightning_bottleneck.measure import contention
 
     busy = contention.Contention(
         True, 1.0, 0.5, 1.5, 2.0, 0.5, 200.0, 0.0, 3.0, "other processes used 1.50 ..."

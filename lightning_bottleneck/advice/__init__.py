@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from lightning_bottleneck.advice.ranked import ranked_recommendations
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.report import Finding, Recommendation
+from lightning_bottleneck.output.report import Finding, Recommendation
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Ranking

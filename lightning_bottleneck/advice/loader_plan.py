@@ -1,6 +1,6 @@
 """Input advice that follows the loader probe's measurement. Pure (no torch, no lightning).
 
-Given the :class:`~lightning_bottleneck.loader_ladder.LoaderLadder` the probe measured, the rate at which
+Given the :class:`~lightning_bottleneck.measure.loader_ladder.LoaderLadder` the probe measured, the rate at which
 the model consumes samples (its step without data wait), the run's loader settings and the epoch-start
 stall, :func:`plan_loader` picks the *smallest* worker count whose measured rate covers consumption with a
 margin, adds ``persistent_workers`` when worker start-up is costly against the epoch, and, when no measured
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_bottleneck.evidence import RunConfig, TimingStats
-from lightning_bottleneck.loader_ladder import BOUND_CPU, LoaderLadder, Rung
-from lightning_bottleneck.report import Recommendation, percentile
+from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.output.report import Recommendation, percentile
 from lightning_bottleneck.rules.thresholds import INPUT_SHARE_MEDIUM
 
 # A loader "covers" the model when its measured rate is at least this multiple of the consumption rate.
@@ -92,7 +92,7 @@ def plan_loader(
     """Loader recommendations from a measured ladder.
 
     Args:
-        ladder: what :func:`lightning_bottleneck.loader_probe.probe_loader` measured.
+        ladder: what :func:`lightning_bottleneck.measure.loader_probe.probe_loader` measured.
         current: the run's settings (``num_workers``, ``persistent_workers``, ``pin_memory``,
             ``prefetch_factor``, ``batch_size``, ``usable_cpus``, ``accelerator``).
         consumption_samples_per_s: samples/s of the training step *without* data wait
@@ -303,7 +303,7 @@ def plan_from_timing(
 ) -> LoaderPlan:
     """:func:`plan_loader` fed from the callback's always-on timing (the window's steady-state steps).
 
-    This is the call the live callback makes after :func:`~lightning_bottleneck.loader_probe.probe_loader`::
+    This is the call the live callback makes after :func:`~lightning_bottleneck.measure.loader_probe.probe_loader`::
 
         timing = self._timing.stats()                      # TimingStats
         ladder = probe_loader(loader, budget_s=..., usable_cpus=cfg.usable_cpus,

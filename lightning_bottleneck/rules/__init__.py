@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.report import Finding, StepTime
+from lightning_bottleneck.output.report import Finding, StepTime
 from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.stats import median
 

@@ -7,7 +7,7 @@ whole fit*:
   sync, exposed communication, compute and overhead shares (share x step);
 * each candidate fix is one :class:`Candidate`: what to set, how much it saves, and whether that saving was
   **measured** (the loader probe's ladder through :mod:`lightning_bottleneck.advice.loader_plan`, trial
-  steps on the live model in :class:`~lightning_bottleneck.trial_results.TrialReport`) or **estimated**
+  steps on the live model in :class:`~lightning_bottleneck.measure.trial_results.TrialReport`) or **estimated**
   (the named fractions in :mod:`lightning_bottleneck.rules.thresholds`);
 * a lever measured no faster than the noise band is kept as evidence and never advised; a one-off cost
   (compile time) is charged against the run.
@@ -35,11 +35,11 @@ from lightning_bottleneck.advice.loader_plan import (
 )
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.report import Finding
+from lightning_bottleneck.measure.trial_results import TrialResult
+from lightning_bottleneck.output.report import Finding
 from lightning_bottleneck.rules import Verdict, mixed_precision_open
 from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.stats import median
-from lightning_bottleneck.trial_results import TrialResult
 
 __all__ = [
     "COMPUTE_LEVERS",
@@ -59,7 +59,7 @@ ESTIMATED = "estimated"
 
 #: Trial levers, by the setting they change (the first key of ``TrialResult.settings``), and the bucket
 #: they count for; ``None``: the larger of compute and overhead (torch.compile removes dispatch and fuses
-#: kernels alike). Every setting :mod:`lightning_bottleneck.trials` can try is here (tests/test_ranking.py).
+#: kernels alike). Every setting :mod:`lightning_bottleneck.measure.trials` can try is here (tests/test_ranking.py).
 COMPUTE_LEVERS: dict[str, Category | None] = {
     "precision": Category.COMPUTE,
     "float32_matmul_precision": Category.COMPUTE,

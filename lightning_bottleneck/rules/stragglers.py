@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
-from lightning_bottleneck.report import Finding
+from lightning_bottleneck.output.report import Finding
 from lightning_bottleneck.rules import choose_primary
 from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.stats import median

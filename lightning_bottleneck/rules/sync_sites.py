@@ -9,7 +9,7 @@ from typing import Any
 
 from lightning_bottleneck.categories import FindingKind, Severity
 from lightning_bottleneck.evidence import SyncSite
-from lightning_bottleneck.report import Finding
+from lightning_bottleneck.output.report import Finding
 from lightning_bottleneck.rules import thresholds as T
 
 # A single call site is judged like the whole sync bucket: host time blocked on the device is device

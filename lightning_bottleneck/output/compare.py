@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.output.report import Report
 
 #: A step-time change smaller than this fraction is no change worth reporting, even when the interval
 #: says it is real (profiled windows hold a handful of steps; their median moves by a few percent

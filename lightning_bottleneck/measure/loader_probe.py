@@ -17,7 +17,7 @@ before it returns, and it stays within a time budget (one batch fetch of slack) 
 
 Example::
 
-    from lightning_bottleneck.loader_probe import probe_loader
+    from lightning_bottleneck.measure.loader_probe import probe_loader
 
     ladder = probe_loader(trainer.train_dataloader, budget_s=5.0)
     print(ladder)                  # a table: workers, prefetch, samples/s, start-up, CPU per sample
@@ -38,8 +38,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler
 
-from lightning_bottleneck.cpus import usable_cpus as _usable_cpus
-from lightning_bottleneck.loader_ladder import BOUND_CPU, BOUND_UNKNOWN, BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.measure.cpus import usable_cpus as _usable_cpus
+from lightning_bottleneck.measure.loader_ladder import (
+    BOUND_CPU,
+    BOUND_UNKNOWN,
+    BOUND_WAIT,
+    LoaderLadder,
+    Rung,
+)
 
 # Default wall-clock budget of the whole probe: "a few seconds" (issue 8), about one short validation
 # pass; a rung needs worker start-up plus two rounds of batches.

@@ -1,6 +1,6 @@
 """What the loader probe measured: one :class:`Rung` per DataLoader setting tried. Pure data (no torch).
 
-Kept apart from :mod:`lightning_bottleneck.loader_probe` (which needs torch) so that the advice
+Kept apart from :mod:`lightning_bottleneck.measure.loader_probe` (which needs torch) so that the advice
 (:mod:`lightning_bottleneck.advice.loader_plan`) and the offline CLI can read a ladder from a report
 without importing torch. Like ``torch.utils.benchmark.Measurement``, ``str(ladder)`` prints a table.
 """

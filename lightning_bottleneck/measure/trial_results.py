@@ -1,6 +1,6 @@
 """Results of trial steps on the live model: pure data (the trials themselves live in :mod:`.trials`).
 
-Kept apart from :mod:`lightning_bottleneck.trials` (which needs torch) so that the evidence, the rules and
+Kept apart from :mod:`lightning_bottleneck.measure.trials` (which needs torch) so that the evidence, the rules and
 the report can carry measured speedups without importing torch.
 """
 

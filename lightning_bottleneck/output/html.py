@@ -6,7 +6,7 @@ file, in any browser (the hover tooltips on the bars are SVG ``<title>`` element
 
 Example::
 
-    >>> from lightning_bottleneck.report import Report
+    >>> from lightning_bottleneck.output.report import Report
     >>> report = Report.read("runs/.../bottleneck_report.json")  # doctest: +SKIP
     >>> Path("bottleneck_report.html").write_text(render_html(report, step_phases))  # doctest: +SKIP
 """
@@ -18,8 +18,8 @@ from html import escape
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.categories import Phase
-from lightning_bottleneck.render import HEADLINES, headline
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.output.text import HEADLINES, headline
 
 __all__ = ["BREAKDOWN_COLORS", "PHASE_COLORS", "PHASE_LABELS", "nice_ticks", "render_html"]
 

@@ -4,11 +4,11 @@ Run once on the training thread, at the same step on every rank (the callback pi
 window's trace has been summarised. Each part is bounded and optional, and none changes the training:
 
 * :func:`run_length` - how long the whole fit is (for whole-run accounting);
-* the loader probe (:func:`~lightning_bottleneck.loader_probe.probe_loader`) when data wait or
+* the loader probe (:func:`~lightning_bottleneck.measure.loader_probe.probe_loader`) when data wait or
   epoch-start stalls reach the input medium threshold; IterableDatasets are skipped with a note;
-* trials (:func:`~lightning_bottleneck.trials.run_trials`) on a batch of the window when compute or
+* trials (:func:`~lightning_bottleneck.measure.trials.run_trials`) on a batch of the window when compute or
   overhead is material; manual optimization is skipped with a note;
-* the busy-machine check (:func:`~lightning_bottleneck.contention.assess`) over the window;
+* the busy-machine check (:func:`~lightning_bottleneck.measure.contention.assess`) over the window;
 * whether the window is representative (:func:`~lightning_bottleneck.analysis.representative.check_window`).
 
 The modules it calls restore what they touch (RNG states, model state, the training loader).
@@ -31,11 +31,11 @@ from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
 from lightning_bottleneck.analysis.representative import WindowCheck, check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Share
-from lightning_bottleneck.contention import Contention, CpuSnapshot, assess
 from lightning_bottleneck.evidence import RunLength, TimingStats
-from lightning_bottleneck.loader_ladder import LoaderLadder
+from lightning_bottleneck.measure.contention import Contention, CpuSnapshot, assess
+from lightning_bottleneck.measure.loader_ladder import LoaderLadder
+from lightning_bottleneck.measure.trial_results import TrialReport
 from lightning_bottleneck.rules import thresholds
-from lightning_bottleneck.trial_results import TrialReport
 
 __all__ = [
     "MeasureOptions",
@@ -263,7 +263,7 @@ def _probe(
 ) -> LoaderLadder | None:
     from torch.utils.data import DataLoader
 
-    from lightning_bottleneck.loader_probe import probe_loader
+    from lightning_bottleneck.measure.loader_probe import probe_loader
 
     loader = getattr(trainer, "train_dataloader", None)
     if isinstance(loader, (list, tuple)) and len(loader) == 1:
@@ -285,7 +285,7 @@ def _probe(
 def _trials(
     trainer: Any, pl_module: Any, batch: Any, batch_idx: int, options: MeasureOptions, notes: list[str]
 ) -> TrialReport | None:
-    from lightning_bottleneck.trials import run_trials
+    from lightning_bottleneck.measure.trials import run_trials
 
     module = getattr(trainer, "lightning_module", None) or pl_module
     try:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.report import Recommendation, Report
+
+if TYPE_CHECKING:
+    from lightning_bottleneck.output.report import Recommendation, Report
 
 HEADLINES = {
     Category.INPUT: "input-bound: the device waits for the DataLoader",

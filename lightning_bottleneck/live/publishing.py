@@ -13,8 +13,8 @@ from typing import Any
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_bottleneck.render import render_markdown, render_text
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.output.text import render_markdown, render_text
 from lightning_bottleneck.vocabulary import NAMESPACE
 
 __all__ = [
@@ -149,8 +149,8 @@ def compare_with_baseline(report: Report, baseline: str) -> None:
     Never raises: a baseline that is missing, unreadable or not a valid report (a list, a string
     median, NaN) becomes a note saying why, and the report goes on without a comparison.
     """
-    from lightning_bottleneck.compare import compare_runs
     from lightning_bottleneck.offline import read_report
+    from lightning_bottleneck.output.compare import compare_runs
 
     try:
         before = read_report(str(baseline))

@@ -13,10 +13,10 @@ import torch
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
-from lightning_bottleneck.measurement import Measured
-from lightning_bottleneck.memory_trend import MemorySampler
-from lightning_bottleneck.profiler_window import WindowOptions
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.live.profiler_window import WindowOptions
+from lightning_bottleneck.measure.memory_trend import MemorySampler
+from lightning_bottleneck.measure.stage import Measured
+from lightning_bottleneck.output.report import Report
 
 
 def take_verdict(
@@ -34,7 +34,7 @@ def take_verdict(
     notes: list[str],
 ) -> Report:
     """Diagnose the run's evidence (the same :func:`diagnose` the offline CLI runs), then decorate."""
-    from lightning_bottleneck.run_inspection import memory_stats
+    from lightning_bottleneck.live.run_inspection import memory_stats
 
     got = measured or Measured()
     evidence = Evidence(

@@ -26,7 +26,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_bottleneck.trace.tb_compat import write_trace
-from lightning_bottleneck.vocabulary import PHASE_OPTIMIZER_STEP, label
+from lightning_bottleneck.vocabulary import ENV_VAR, PHASE_OPTIMIZER_STEP, label
 
 __all__ = ["ProfilerWindow", "WindowOptions", "profiler_in_use", "worker_name"]
 
@@ -243,3 +243,43 @@ def _reason(err: BaseException) -> str:
 def worker_name(rank: int) -> str:
     """torch-tb-profiler's worker name: ``<host>_rank<N>`` (its run view lists one worker per rank)."""
     return f"{socket.gethostname()}_rank{rank}"
+
+
+def stands_down(callback: Any, trainer: Any, duplicates: bool = True) -> bool:
+    """Whether ``callback`` must leave this fit alone, saying why once; called at setup and train start.
+
+    - Another ``BottleneckCallback`` comes first in ``trainer.callbacks`` (two in the code, or
+      ``LIGHTNING_BOTTLENECK=1`` with one already in the code: the entry point cannot see the Trainer, and
+      Lightning appends its callbacks after the user's). The first one runs the analysis with its own
+      options and notes it in its report; this one logs one info line.
+    - A ``torch.profiler`` session already records (the user's own ``with torch.profiler.profile():
+      trainer.fit(...)``, on any rank): only one can run in a process, so the user's session is left
+      intact, every rank stands down, and one warning says so.
+    """
+    from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+    if duplicates:
+        first = next((c for c in trainer.callbacks if isinstance(c, type(callback))), callback)
+        if first is not callback:
+            rank_zero_info(
+                "BottleneckCallback: another BottleneckCallback in this Trainer runs the analysis (two in the "
+                f"code, or {ENV_VAR} with one in the code); this one stands down."
+            )
+            first._notes.append(
+                "A second BottleneckCallback in the Trainer stood down; this one ran the analysis."
+            )
+            return True
+    busy = profiler_in_use()
+    strategy = getattr(trainer, "strategy", None)
+    if strategy is not None and getattr(trainer, "world_size", 1) > 1:
+        # Every rank must take the same road: the callback's set-up has collectives (log_dir, the gather's
+        # group), and a user may profile one rank only. One all-reduce, at setup and train start.
+        busy = strategy.reduce_boolean_decision(busy, all=False)
+    if busy:
+        rank_zero_warn(
+            "BottleneckCallback stands down for this fit: a torch.profiler session is already recording "
+            "(your own `with torch.profiler.profile()`?) and only one can run in a process; that session is "
+            "left intact. Remove it, or the callback, to get the analysis."
+        )
+        return True
+    return False

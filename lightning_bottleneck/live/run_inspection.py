@@ -10,8 +10,8 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from lightning_bottleneck.cpus import cpu_has_bf16, usable_cpus
 from lightning_bottleneck.evidence import MemoryStats, RunConfig
+from lightning_bottleneck.measure.cpus import cpu_has_bf16, usable_cpus
 
 
 def find_train_dataloader(trainer: pl.Trainer) -> DataLoader | None:

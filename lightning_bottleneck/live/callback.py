@@ -1,12 +1,12 @@
 """``BottleneckCallback``: profile a window of training steps, classify the bottleneck, advise, report.
 
 The callback keeps the hooks and the options and delegates: the profiling window to
-:mod:`~lightning_bottleneck.profiler_window`, step timing to :mod:`~lightning_bottleneck.timing`, sync
-tracking to :mod:`~lightning_bottleneck.sync_hooks`, the rank merge to :mod:`~lightning_bottleneck.distributed`,
-the option checks to :mod:`~lightning_bottleneck.callback_options`, the verdict (evidence, the same
+:mod:`~lightning_bottleneck.live.profiler_window`, step timing to :mod:`~lightning_bottleneck.live.timing`, sync
+tracking to :mod:`~lightning_bottleneck.live.sync_hooks`, the rank merge to :mod:`~lightning_bottleneck.live.distributed`,
+the option checks to :mod:`~lightning_bottleneck.live.options`, the verdict (evidence, the same
 Trainer-free :func:`~lightning_bottleneck.diagnose.diagnose` the offline ``lightning-bottleneck analyze``
-command runs, mid-run vs end of fit) to :mod:`~lightning_bottleneck.verdict_cycle`, and the output to
-:mod:`~lightning_bottleneck.publishing`.
+command runs, mid-run vs end of fit) to :mod:`~lightning_bottleneck.live.verdict_cycle`, and the output to
+:mod:`~lightning_bottleneck.live.publishing`.
 """
 
 from __future__ import annotations
@@ -26,24 +26,19 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.autoload import stands_down
-from lightning_bottleneck.callback_options import (
+from lightning_bottleneck.evidence import RunConfig, TimingStats
+from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
+from lightning_bottleneck.live.options import (
     check_bool,
     check_int,
     check_path,
     check_seconds,
     check_timeout,
 )
-from lightning_bottleneck.contention import CpuSnapshot, take_snapshot
-from lightning_bottleneck.distributed import RankGather, merge_rank_summaries
-from lightning_bottleneck.evidence import RunConfig, TimingStats
-from lightning_bottleneck.measurement import Measured, MeasureOptions, measure, window_check
-from lightning_bottleneck.memory_trend import MemorySampler
-from lightning_bottleneck.profiler_window import ProfilerWindow, WindowOptions, worker_name
-from lightning_bottleneck.publishing import exit_note, publish
-from lightning_bottleneck.report import Report
-from lightning_bottleneck.timing import StepTimer
-from lightning_bottleneck.verdict_cycle import (
+from lightning_bottleneck.live.profiler_window import ProfilerWindow, WindowOptions, stands_down, worker_name
+from lightning_bottleneck.live.publishing import exit_note, publish
+from lightning_bottleneck.live.timing import StepTimer
+from lightning_bottleneck.live.verdict_cycle import (
     against_midrun,
     is_oom,
     memory_sampler,
@@ -53,14 +48,18 @@ from lightning_bottleneck.verdict_cycle import (
     take_verdict,
     unfinished_window_note,
 )
-from lightning_bottleneck.verdict_outputs import publish_picture, publish_scalars
+from lightning_bottleneck.live.verdict_outputs import publish_picture, publish_scalars
+from lightning_bottleneck.live.window_analysis import WindowAnalysis, analyse_trace_file
+from lightning_bottleneck.measure.contention import CpuSnapshot, take_snapshot
+from lightning_bottleneck.measure.memory_trend import MemorySampler
+from lightning_bottleneck.measure.stage import Measured, MeasureOptions, measure, window_check
+from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.vocabulary import (
     NAMESPACE,
     PHASE_BACKWARD,
     PHASE_TRAINING_STEP,
     PHASE_VALIDATION,
 )
-from lightning_bottleneck.window_analysis import WindowAnalysis, analyse_trace_file
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -346,7 +345,7 @@ class BottleneckCallback(Callback):
         if stands_down(self, trainer, duplicates=False):  # a profiler started since setup
             self._active_fit, self._disabled = False, True
             return
-        from lightning_bottleneck.run_inspection import environment, run_config
+        from lightning_bottleneck.live.run_inspection import environment, run_config
 
         self._config = run_config(trainer, pl_module)
         self._env = environment(trainer, self._config)
@@ -360,7 +359,7 @@ class BottleneckCallback(Callback):
         self._memory = memory_sampler(trainer)
         self._next_work = self._memory.next_step if self._memory is not None else _NEVER
         if self.track_syncs:
-            from lightning_bottleneck.sync_hooks import SyncTracker
+            from lightning_bottleneck.live.sync_hooks import SyncTracker
 
             self._tracker = SyncTracker(device_type=self._config.accelerator)
             self._tracker.install()

@@ -9,7 +9,7 @@ CPUs the run wanted. No torch import; a few file reads per call; call it twice p
 
 Example::
 
-    from lightning_bottleneck.contention import assess, take_snapshot
+    from lightning_bottleneck.measure.contention import assess, take_snapshot
 
     start = take_snapshot(threads=torch.get_num_threads())
     ...  # the profiled steps
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.cpus import usable_cpus
+from lightning_bottleneck.measure.cpus import usable_cpus
 
 __all__ = ["Contention", "CpuSnapshot", "assess", "take_snapshot"]
 
@@ -61,7 +61,7 @@ class CpuSnapshot:
     involuntary_switches: int  # ru_nivcsw: preemptions of this process's threads
     voluntary_switches: int  # ru_nvcsw: waits (I/O, locks, sleeps)
     threads: int  # intra-op threads the run wants busy (torch.get_num_threads())
-    usable_cpus: int  # affinity and cgroup quota (lightning_bottleneck.cpus.usable_cpus)
+    usable_cpus: int  # affinity and cgroup quota (lightning_bottleneck.measure.cpus.usable_cpus)
     cpus_busy_s: float | None  # busy time (incl. steal) of the CPUs in this process's affinity, /proc/stat
     cpus_steal_s: float | None  # steal time of those CPUs (a hypervisor running other guests)
     cpus_total_s: float | None  # all time of those CPUs

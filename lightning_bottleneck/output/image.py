@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
-from lightning_bottleneck.render import HEADLINES
-from lightning_bottleneck.render_html import BREAKDOWN_COLORS, PHASE_COLORS, PHASE_LABELS
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.output.html import BREAKDOWN_COLORS, PHASE_COLORS, PHASE_LABELS
+from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.output.text import HEADLINES
 
 __all__ = ["IMAGE_SIZE", "MISSING_NOTE", "image_available", "render_png", "render_rgb"]
 

@@ -13,7 +13,7 @@ a wrapper function (dynamo's caches are reset afterwards when nothing else had b
 
 Example::
 
-    from lightning_bottleneck.trials import run_trials
+    from lightning_bottleneck.measure.trials import run_trials
 
     # in a callback's on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx):
     report = run_trials(pl_module, batch, batch_idx=batch_idx, precision=trainer.precision, budget_s=5.0)
@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from lightning_bottleneck.contention import assess, take_snapshot
-from lightning_bottleneck.cpus import cpu_has_bf16
-from lightning_bottleneck.trial_results import DEFAULT_BUDGET_S, TrialReport, TrialResult
+from lightning_bottleneck.measure.contention import assess, take_snapshot
+from lightning_bottleneck.measure.cpus import cpu_has_bf16
+from lightning_bottleneck.measure.trial_results import DEFAULT_BUDGET_S, TrialReport, TrialResult
 
 __all__ = ["DEFAULT_BUDGET_S", "NOISE_BAND", "TrialReport", "TrialResult", "run_trials"]
 
@@ -48,7 +48,7 @@ __all__ = ["DEFAULT_BUDGET_S", "NOISE_BAND", "TrialReport", "TrialResult", "run_
 #: Inductor compiles small models in 10-60 s; a larger estimate skips the lever with a note).
 DEFAULT_COMPILE_BUDGET_S = 60.0
 #: A lever is recommended only when its median speedup is above ``1 + NOISE_BAND``: the same 3% band the
-#: one-change loop uses (:data:`lightning_bottleneck.compare.COMPARE_NOISE`; torch.utils.benchmark's
+#: one-change loop uses (:data:`lightning_bottleneck.output.compare.COMPARE_NOISE`; torch.utils.benchmark's
 #: ``Compare`` highlights differences from about that size too).
 NOISE_BAND = 0.03
 #: Fewest A/B pairs a lever is judged on; the median of 3 pairs already survives one disturbed pair.

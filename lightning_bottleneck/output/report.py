@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.atomic_write import write_atomically
 from lightning_bottleneck.categories import Category, FindingKind, Severity
+from lightning_bottleneck.output.atomic_write import write_atomically
 from lightning_bottleneck.stats import percentile
 
 SCHEMA_VERSION = 1
@@ -275,7 +275,7 @@ class Report:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
     def __str__(self) -> str:
-        from lightning_bottleneck.render import render_text
+        from lightning_bottleneck.output.text import render_text
 
         return render_text(self)
 

@@ -1,4 +1,4 @@
-"""What a verdict adds beside :func:`~lightning_bottleneck.publishing.publish` (global rank zero):
+"""What a verdict adds beside :func:`~lightning_bottleneck.live.publishing.publish` (global rank zero):
 ``bottleneck/*`` scalars for every logger, and the picture (``bottleneck_report.html`` next to the JSON
 report and the Images tab of the TensorBoard logger). Called for the mid-run and the end-of-fit verdict,
 so even a run shorter than ``log_every_n_steps`` gets its scalars.
@@ -19,7 +19,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
 __all__ = ["publish_picture", "publish_scalars", "verdict_scalars"]
@@ -77,7 +77,7 @@ def publish_picture(
 
 
 def _draw(report: Report, phases: StepPhases | None, out_dir: Path | None, writer: Any, step: int) -> None:
-    from lightning_bottleneck.picture import write_picture
+    from lightning_bottleneck.output.picture import write_picture
 
     try:
         out = write_picture(report, phases, out_dir, writer, step)
