@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck import BottleneckCallback, Category
+from lightning_bottleneck.live.fit_run import FitRun
 
 from conftest import fit_scenario, quiet_trainer
 
@@ -168,7 +169,7 @@ def test_internal_error_warns_once_disables_and_training_goes_on(tmp_path: Path,
         trainer, cb = fit_scenario("compute", tmp_path, max_steps=6)
     assert sum("disabled itself" in str(w.message) for w in record) == 1
     assert trainer.global_step == 6
-    assert cb._window.prof is None and cb._tracker is None
+    assert cb._run.window.prof is None and cb._run.tracker is None
     assert not torch._C._autograd._profiler_enabled()
 
 
@@ -179,12 +180,12 @@ def test_internal_error_at_teardown_warns_once_and_fit_returns(tmp_path: Path, m
         raise RuntimeError("boom in finalize")
 
     monkeypatch.setattr(BottleneckCallback, "on_train_end", lambda self, trainer, pl_module: None)
-    monkeypatch.setattr(BottleneckCallback, "_finalize", boom)
+    monkeypatch.setattr(FitRun, "finalize", boom)
     with pytest.warns(UserWarning, match="disabled itself") as record:
         trainer, cb = fit_scenario("compute", tmp_path, max_steps=6)
     assert sum("disabled itself" in str(w.message) for w in record) == 1
     assert trainer.global_step == 6 and cb.report is None
-    assert cb._window.prof is None and cb._tracker is None
+    assert cb._run.window.prof is None and cb._run.tracker is None
     assert not torch._C._autograd._profiler_enabled()
 
 
@@ -201,12 +202,12 @@ def test_exception_in_training_step_stops_profiler_and_writes_report(tmp_path: P
     trainer = quiet_trainer(tmp_path, [cb], max_steps=8)
     with pytest.raises(ValueError, match="user bug"):
         trainer.fit(Failing(), torch.utils.data.DataLoader(scenarios.in_memory(256, 32), batch_size=8))
-    assert cb._window.prof is None
+    assert cb._run.window.prof is None
     data = json.loads((tmp_path / "bottleneck_report.json").read_text())
     assert any("ValueError" in n for n in data["notes"])
     # nothing left running or registered: profiler off, no optimizer hook
     assert not torch._C._autograd._profiler_enabled()
-    assert cb._window.optimizer_hook is None
+    assert cb._run.window.optimizer_hook is None
 
 
 def test_baseline_says_whether_one_change_helped(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_report_holds_the_verdict_well_before_fit_ends(tmp_path: Path) -> None:
     assert cb.report.metrics["midrun"]["primary"] == cb.midrun_report.primary.value
     assert cb.report.steps_observed == 200 and cb.midrun_report.steps_observed < 20
     assert (tmp_path / "bottleneck_report.html").is_file()
-    assert cb._analysis is not None and cb._analysis.done and cb._batch is None
+    assert cb._run.analysis is not None and cb._run.analysis.done and cb._run.batch is None
 
 
 def test_short_run_gets_scalars_and_the_picture(tmp_path: Path) -> None:
@@ -144,9 +144,9 @@ def test_probe_and_trials_leave_training_bitwise_identical(tmp_path: Path) -> No
     assert cb.report is not None
     # the stage did run: the loader was probed and the model trialled mid-run
     assert cb.midrun_report is not None
-    assert cb._measured is not None
-    assert cb._measured.loader_ladder is not None and cb._measured.loader_ladder.rungs
-    assert cb._measured.trials is not None and cb._measured.trials.results
+    assert cb._run.measured is not None
+    assert cb._run.measured.loader_ladder is not None and cb._run.measured.loader_ladder.rungs
+    assert cb._run.measured.trials is not None and cb._run.measured.trials.results
     assert cb.report.metrics["loader_ladder"]["rungs"] and cb.report.metrics["trials"]["results"]
     # ... and training is untouched: same batches in the same order, parameters, buffers, optimizer
     # state and logged metrics bit for bit

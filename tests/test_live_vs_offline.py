@@ -129,4 +129,4 @@ def test_phase_labels_nest_inside_torchs_own_spans(tmp_path: Path) -> None:
     # the optimizer post-hook lived only as long as the profiling window
     from torch.optim.optimizer import _global_optimizer_post_hooks
 
-    assert cb._window.optimizer_hook is None and not _global_optimizer_post_hooks
+    assert cb._run.window.optimizer_hook is None and not _global_optimizer_post_hooks

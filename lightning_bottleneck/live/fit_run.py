@@ -1,0 +1,399 @@
+"""One fit's run state and the work the callback's hooks delegate to.
+
+:class:`FitRun` is created at ``setup`` and dropped at ``teardown``: the always-on step timer, the profiling
+window, the sync tracker, the off-thread analysis of the window's trace, the measurement stage, the mid-run and
+end-of-fit verdicts and their publication. The callback keeps the hooks and the options; everything that has
+state lives here, so that a new fit (or a ``ddp_spawn`` worker) starts from nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from lightning_bottleneck.analysis.step_phases import StepPhases
+from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.evidence import RunConfig, TimingStats
+from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
+from lightning_bottleneck.live.profiler_window import ProfilerWindow, WindowOptions, worker_name
+from lightning_bottleneck.live.publishing import exit_note, publish
+from lightning_bottleneck.live.timing import StepTimer
+from lightning_bottleneck.live.verdict_cycle import (
+    against_midrun,
+    is_oom,
+    memory_sampler,
+    midrun_note,
+    outside_steps,
+    picture_changed,
+    take_verdict,
+    unfinished_window_note,
+)
+from lightning_bottleneck.live.verdict_outputs import publish_picture, publish_scalars
+from lightning_bottleneck.live.window_analysis import WindowAnalysis, analyse_trace_file
+from lightning_bottleneck.measure.contention import CpuSnapshot, take_snapshot
+from lightning_bottleneck.measure.memory_trend import MemorySampler
+from lightning_bottleneck.measure.stage import Measured, MeasureOptions, measure, window_check
+from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.vocabulary import NAMESPACE
+
+REPORT_FILENAME = "bottleneck_report.json"
+TRACE_SUBDIR = "bottleneck"  # a run in torch-tb-profiler's run list: <log_dir>/bottleneck
+#: Under DDP the mid-run verdict is taken this many training steps after the window closed, joining the
+#: analysis thread there, so that every rank runs the measurement stage at the same step (a 15-step
+#: window's trace reads in well under a second: 10 steps leave it time on any but the fastest loops).
+#: A single process takes it at the first batch end after the thread finished, at the latest here too.
+MIDRUN_DELAY_STEPS = 10
+#: Seconds the end of fit / teardown waits for a still-running analysis thread before giving up on it.
+JOIN_TIMEOUT_S = 120.0
+NEVER = 2**62
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The callback's options one fit needs (validated by the callback)."""
+
+    window: WindowOptions
+    measure: MeasureOptions
+    track_syncs: bool = True
+    log_every_n_steps: int | None = None
+    output_dir: str | None = None
+    report_path: str | None = None
+    baseline: str | None = None
+    verbose: bool = True
+    gather_timeout: float = 120.0
+
+
+class FitRun:
+    """The state of one fit and the work behind the callback's hooks (see the module docstring)."""
+
+    def __init__(self, options: RunOptions, owner: object = None) -> None:
+        self.options = options
+        self.owner = owner  # the callback: it may replace the reports it wrote itself, in any fit
+        self.finalized = False
+        self.timer = StepTimer()
+        self.window = ProfilerWindow(options.window)
+        # Hot-path aliases, so that hooks outside the window cost one attribute test each: the window's
+        # label stack (the same list object) and whether the profiler runs.
+        self.labels = self.window.labels
+        self.profiling = False
+        self.trace_dir: Path | None = None
+        self.report_file: Path | None = None
+        self.config: RunConfig | None = None
+        self.env: dict[str, Any] = {}
+        self.oom: str | None = None
+        self.notes: list[str] = []
+        self.tracker: Any = None
+        self.scalar_every = 0
+        self.rank = 0
+        self.world_size = 1
+        self.gather = RankGather(options.gather_timeout)
+        # after the window: the analysis thread, the step at which the verdict is taken, what it needs
+        self.analysis: WindowAnalysis | None = None
+        self.measure_at = NEVER
+        self.next_work = NEVER  # one comparison per batch end: memory sample or mid-run verdict due
+        self.batch: Any = None  # the last profiled step's batch (for the trials), released after them
+        self.batch_idx = 0
+        self.cpu_start: CpuSnapshot | None = None
+        self.cpu_end: CpuSnapshot | None = None
+        self.window_ring: tuple[int, int] | None = None  # step_ms ring positions of the window's steps
+        self.summary: TraceSummary | None = None
+        self.phases: StepPhases | None = None
+        self.measured: Measured | None = None
+        self.memory: MemorySampler | None = None
+        self.picture: threading.Thread | None = None
+        self.midrun_report: Report | None = None
+        self.report: Report | None = None
+
+    # ------------------------------------------------------------------ start and end
+    def setup_paths(self, trainer: pl.Trainer) -> None:
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective under DDP: all ranks call it
+        self.rank = trainer.global_rank
+        self.trace_dir = Path(self.options.output_dir) if self.options.output_dir else log_dir / TRACE_SUBDIR
+        self.report_file = (
+            Path(self.options.report_path) if self.options.report_path else log_dir / REPORT_FILENAME
+        )
+
+    def train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Read the run's configuration, install the sync hooks, set up the gather, start the window."""
+        from lightning_bottleneck.live.run_inspection import environment, run_config
+
+        self.config = run_config(trainer, pl_module)
+        self.env = environment(trainer, self.config)
+        every = self.options.log_every_n_steps
+        every = getattr(trainer, "log_every_n_steps", 50) if every is None else every
+        self.scalar_every = every if trainer.loggers else 0
+        self.world_size = trainer.world_size
+        self.memory = memory_sampler(trainer)
+        self.next_work = self.memory.next_step if self.memory is not None else NEVER
+        if self.options.track_syncs:
+            from lightning_bottleneck.live.sync_hooks import SyncTracker
+
+            self.tracker = SyncTracker(device_type=self.config.accelerator)
+            self.tracker.install()
+        self.gather.setup()  # collective (every rank runs on_train_start): the gather's gloo group
+        assert self.trace_dir is not None
+        cuda = trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available()
+        self.window.start(self.trace_dir, worker_name(self.rank), cuda)
+        self.profiling = True
+
+    def exception(self, exception: BaseException) -> None:
+        """Remember what ended the fit: an OOM is evidence, anything else a note."""
+        if is_oom(exception):
+            self.oom = f"{type(exception).__name__}: {exception}"
+        else:
+            self.notes.append(exit_note(exception))
+
+    def release(self) -> None:
+        """Undo everything, never raising: labels and profiler (a partial window is discarded), patches,
+        the analysis thread (joined), the picture thread, the kept batch."""
+        self.profiling = False
+        self.next_work = NEVER
+        self.batch = None
+        analysis = self.analysis
+        if analysis is not None:
+            with contextlib.suppress(Exception):
+                analysis.join(JOIN_TIMEOUT_S)
+        with contextlib.suppress(Exception):
+            self.join_picture()
+        self.window.release()
+        tracker, self.tracker = self.tracker, None
+        if tracker is not None:
+            tracker.uninstall()
+
+    # ------------------------------------------------------------------ per step (hot path)
+    def batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """After the training step: window bookkeeping (inside it), due work and scalars (rarely)."""
+        if self.tracker is not None:
+            self.tracker.step()
+        if self.profiling:
+            self.batch, self.batch_idx = batch, batch_idx  # a reference, released after the trials
+            if self.window.advance():
+                self.profiling = False
+                self.finish_window()
+            elif self.cpu_start is None and self.window.recording():
+                self.window_started()
+        steps = self.timer.steps
+        if steps >= self.next_work:
+            self.due(trainer, pl_module)
+        if self.scalar_every and steps % self.scalar_every == 0:
+            self.log_scalars(trainer)
+
+    def pause(self) -> None:
+        """Time that is not training (validation): out of the step timing and the sync attribution."""
+        self.timer.pause()
+        if self.tracker is not None:
+            self.tracker.pause()
+
+    def resume(self) -> None:
+        self.timer.resume()
+        if self.tracker is not None:
+            self.tracker.resume()
+
+    # ------------------------------------------------------------------ the window and the mid-run verdict
+    def window_started(self) -> None:
+        """The profiler records from the next step on (warm-up): the busy-machine snapshot, the ring mark."""
+        self.cpu_start = take_snapshot(threads=torch.get_num_threads())
+        self.window_ring = (self.timer.step_ms.n, self.timer.step_ms.n)
+
+    def finish_window(self) -> None:
+        """The profiling window just closed and its traces are written; training goes on.
+
+        Its trace is read in a background thread; the verdict is taken at a later batch end (:meth:`due`)
+        and published mid-run.
+        """
+        self.cpu_end = take_snapshot(threads=torch.get_num_threads())
+        if self.window_ring is not None:
+            self.window_ring = (self.window_ring[0], self.timer.step_ms.n)
+        if not self.window.trace_files:
+            return
+        self.analysis = WindowAnalysis.start(self.window.trace_files[-1], self.rank)
+        self.measure_at = self.timer.steps + MIDRUN_DELAY_STEPS
+        # a single process looks at the thread at every batch end; DDP ranks all wait for the fixed step
+        self.schedule(self.timer.steps + 1 if self.world_size == 1 else self.measure_at)
+
+    def schedule(self, at: int) -> None:
+        mem = self.memory.next_step if self.memory is not None else NEVER
+        self.next_work = min(at, mem)
+
+    def due(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A memory sample or the mid-run verdict is due (rare: every few steps at most)."""
+        steps = self.timer.steps
+        if self.memory is not None and steps >= self.memory.next_step:
+            self.memory.sample(steps)
+        analysis = self.analysis
+        pending = analysis is not None and self.measured is None
+        if pending and (steps >= self.measure_at or (self.world_size == 1 and analysis.done)):  # type: ignore[union-attr]
+            self.midrun_verdict(trainer, pl_module)
+            pending = False
+        self.schedule((steps + 1 if self.world_size == 1 else self.measure_at) if pending else NEVER)
+
+    def midrun_verdict(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Take the window's analysis, run the measurement stage, diagnose, publish (global rank zero).
+
+        The time this takes is not training: the gap until the next batch is left out of the step timing
+        (as a validation run is) and the sync tracker does not count the trials' syncs."""
+        self.timer.pause()
+        if self.tracker is not None:
+            self.tracker.pause()
+        try:
+            self.collect_analysis()
+            self.run_measurements(trainer, pl_module)
+        finally:
+            if self.tracker is not None:
+                self.tracker.resume()
+        report = self.verdict(
+            trainer, [self.summary] if self.summary else [], [], list(self.window.trace_files)
+        )
+        report.notes.append(midrun_note(self.timer.steps, trainer.global_step))
+        self.midrun_report = report
+        if trainer.is_global_zero:
+            self.publish(trainer, report)
+
+    def collect_analysis(self) -> None:
+        analysis = self.analysis
+        if analysis is None or self.summary is not None:
+            return
+        try:
+            self.summary, self.phases = analysis.result(JOIN_TIMEOUT_S)
+        except Exception as err:
+            self.notes.append(f"the window's trace could not be analysed: {type(err).__name__}: {err}")
+
+    def run_measurements(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.measured is not None:
+            return
+        config = self.config or RunConfig()
+        try:
+            self.measured = measure(
+                trainer,
+                pl_module,
+                self.options.measure,
+                summary=self.summary,
+                timing=self.timing(),
+                outside_ms=self.outside_steps(),
+                batch=self.batch,
+                batch_idx=self.batch_idx,
+                cpu_start=self.cpu_start,
+                cpu_end=self.cpu_end,
+                batch_size=config.batch_size,
+                num_workers=config.num_workers,
+                persistent_workers=config.persistent_workers,
+                agree=self.gather.agree if self.world_size > 1 else None,
+            )
+        finally:
+            self.batch = None
+        self.notes += self.measured.notes
+
+    def outside_steps(self) -> list[float]:
+        """Always-on step times outside the profiled window (its steps cut out of the ring by position)."""
+        ring = self.timer.step_ms
+        return outside_steps(ring.values(), max(0, ring.n - ring.capacity), self.window_ring)
+
+    def log_scalars(self, trainer: pl.Trainer) -> None:
+        median_ms, wait_share = self.timer.rolling(max(1, self.scalar_every))
+        if median_ms <= 0:
+            return
+        metrics = {NAMESPACE + "step_time_ms": median_ms, NAMESPACE + "data_wait_share": wait_share}
+        bs = self.config.batch_size if self.config else None
+        if bs:
+            metrics[NAMESPACE + "samples_per_sec"] = bs * 1000.0 / median_ms
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    # ------------------------------------------------------------------ the end of fit
+    def finalize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gather: bool = True) -> None:
+        """Close the window, finish its analysis (and, on a normal end, the measurement stage if the run
+        ended before the mid-run verdict), diagnose with the whole run's timing (every rank), publish
+        (global rank zero) with what changed since the mid-run verdict."""
+        self.finalized = True
+        self.profiling = False
+        self.next_work = NEVER
+        window = self.window
+        if window.labels:
+            window.close_all()
+        if window.prof is not None:
+            if not window.done:
+                self.notes.append(unfinished_window_note(self.timer.steps, window.options))
+            window.stop(save=True)  # saves a partial active window, if any
+            if self.cpu_start is not None and self.cpu_end is None:
+                self.cpu_end = take_snapshot(threads=torch.get_num_threads())
+        self.notes += window.notes  # a trace that could not be written (a full disk)
+        sites = []
+        if self.tracker is not None:
+            sites = self.tracker.sites()
+            self.tracker.uninstall()
+            self.tracker = None
+        self.collect_analysis()
+        if self.summary is None and self.analysis is None and window.trace_files:
+            self.summary, self.phases = analyse_trace_file(window.trace_files[-1], self.rank)
+        if gather:  # a normal end: every rank gets here, so every rank runs the same plan
+            self.run_measurements(trainer, pl_module)
+        if self.measured is not None and self.summary is not None:  # against the whole run now
+            self.measured.window_check = window_check(
+                self.summary, self.outside_steps(), self.measured.contention
+            )
+        self.batch = None
+        own = self.summary
+        summaries = [own] if own is not None else []
+        trace_files = list(window.trace_files)
+        if gather:
+            merged = merge_rank_summaries(self.gather, self.rank, own, window.trace_files)
+            summaries = merged.summaries
+            trace_files += merged.trace_files
+            self.notes += merged.notes
+        self.report = self.verdict(trainer, summaries, sites, trace_files)
+        against_midrun(self.midrun_report, self.report)
+        if trainer.is_global_zero:
+            self.publish(trainer, self.report)
+
+    def timing(self) -> TimingStats:
+        config = self.config
+        return self.timer.stats(float(config.batch_size) if config and config.batch_size else None)
+
+    def verdict(
+        self, trainer: pl.Trainer, summaries: list[TraceSummary], sites: list[Any], trace_files: list[str]
+    ) -> Report:
+        return take_verdict(
+            trainer,
+            summaries=summaries,
+            sites=sites,
+            trace_files=trace_files,
+            timing=self.timing(),
+            measured=self.measured,
+            memory=self.memory,
+            oom=self.oom,
+            config=self.config,
+            environment=self.env,
+            notes=self.notes,
+        )
+
+    def publish(self, trainer: pl.Trainer, report: Report) -> None:
+        written = publish(
+            trainer,
+            report,
+            report_file=self.report_file,
+            trace_dir=self.trace_dir,
+            baseline=self.options.baseline,
+            verbose=self.options.verbose,
+            explicit_path=self.options.report_path is not None,
+            owner=self.owner,
+        )
+        publish_scalars(trainer, report)
+        self.join_picture()
+        # the image again at the end of fit only when the verdict or the first advice changed (~0.2 s)
+        changed = picture_changed(self.midrun_report, report)
+        self.picture = publish_picture(
+            trainer, report, self.phases, written or self.report_file, image=changed
+        )
+
+    def join_picture(self) -> None:
+        picture, self.picture = self.picture, None
+        if picture is not None:
+            picture.join(JOIN_TIMEOUT_S)
