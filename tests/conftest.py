@@ -18,6 +18,16 @@ SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 @pytest.fixture
+def precision_lever_on_any_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A precision lever to trial on every CPU: without native bf16 (AVX2 only) the trials leave bf16 out, so
+    a test that needs a trial without paying for ``torch.compile`` would have nothing to try there. bf16 is
+    emulated on such a CPU (slow, measured slower and never advised), which is enough to exercise the path."""
+    from lightning_bottleneck.measure import trials
+
+    monkeypatch.setattr(trials, "cpu_has_bf16", lambda: True)
+
+
+@pytest.fixture
 def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/traces is absent")

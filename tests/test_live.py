@@ -137,7 +137,9 @@ def _fit_noisy(tmp_path: Path, callbacks: list) -> tuple[_Noisy, pl.Trainer, Any
     return model, trainer, rec
 
 
-def test_probe_and_trials_leave_training_bitwise_identical(tmp_path: Path) -> None:
+def test_probe_and_trials_leave_training_bitwise_identical(
+    tmp_path: Path, precision_lever_on_any_cpu: None
+) -> None:
     cb = BottleneckCallback(**SMALL_WINDOW, loader_budget_s=1.0, trial_budget_s=1.0, compile_budget_s=0)
     with_cb, trainer_a, rec_a = _fit_noisy(tmp_path / "a", [cb])
     without, trainer_b, rec_b = _fit_noisy(tmp_path / "b", [])
@@ -159,7 +161,7 @@ def test_probe_and_trials_leave_training_bitwise_identical(tmp_path: Path) -> No
     assert rec_a.logged == rec_b.logged
 
 
-def test_compute_bound_fit_reports_trial_results(tmp_path: Path) -> None:
+def test_compute_bound_fit_reports_trial_results(tmp_path: Path, precision_lever_on_any_cpu: None) -> None:
     cb = BottleneckCallback(**SMALL_WINDOW, probe_loader=False, trial_budget_s=1.0, compile_budget_s=0)
     torch.manual_seed(0)
     trainer = quiet_trainer(tmp_path, [cb], max_steps=12)
