@@ -88,6 +88,12 @@ def diagnose(evidence: Evidence) -> Report:
         notes.append(f"Steps: {summary.step_source}")
     notes += job.notes
 
+    doubt = next((s.timing_doubt for s in evidence.summaries if s.timing_doubt), None)
+    if doubt is not None:  # implausible timing of unknown unit: no verdict, no advice resting on it
+        job.primary, job.recommendations = Category.UNKNOWN, []
+        job.confidence = min(job.confidence, thresholds.UNKNOWN_CONFIDENCE_MAX)
+        if doubt not in notes:
+            notes.append(doubt)
     metrics = _metrics(evidence, summary, verdict.savings)
     metrics["ranking"] = ranking.to_dict()
     _measured_metrics(evidence, metrics)
