@@ -90,6 +90,7 @@ class Contention:
     loadavg_1m: float | None
     note: str
     checked: bool = True  # False: the check was off (no psutil) or the window too short
+    self_cores: float | None = None  # CPU time of this process alone (not its workers) / wall time
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -297,4 +298,5 @@ def assess(start: CpuSnapshot, end: CpuSnapshot, wanted_cores: float | None = No
         steal_share=None if steal is None else round(steal, 4),
         loadavg_1m=end.loadavg_1m,
         note="; ".join(parts),
+        self_cores=round((end.cpu_s - start.cpu_s) / wall, 3),
     )

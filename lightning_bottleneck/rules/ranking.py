@@ -32,6 +32,7 @@ from lightning_bottleneck.advice.loader_plan import (
     epoch_start_stall,
     plan_from_timing,
     plan_loader,
+    step_cores_from_window,
 )
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence, RunConfig
@@ -344,8 +345,13 @@ def _measured_loader(
     rl = evidence.run_length
     spe = rl.steps_per_epoch if rl is not None else None
     timing = evidence.timing
-    if timing is not None and timing.step_ms and timing.samples_per_step:
-        plan = plan_from_timing(ladder, cfg, timing, spe)
+    steady = timing is not None and bool(timing.step_ms) and bool(timing.samples_per_step)
+    c = evidence.contention
+    # the step's own CPU use over the profiled window (not on a busy machine: others' load would hide in it)
+    self_cores = c.self_cores if c is not None and c.checked and not c.busy else None
+    k = step_cores_from_window(self_cores, timing.data_wait_share if steady else wait, ladder, cfg)  # type: ignore[union-attr]
+    if steady:
+        plan = plan_from_timing(ladder, cfg, timing, spe, step_cores=k)  # type: ignore[arg-type]
     else:
         bs = ladder.batch_size or cfg.batch_size or 1
         busy_s = account.step_ms * (1 - wait) / 1e3
@@ -357,6 +363,7 @@ def _measured_loader(
             step_s=account.step_ms / 1e3,
             steps_per_epoch=spe,
             epoch_start_stall_s=account.stall_ms / 1e3 if account.stall_ms else None,
+            step_cores=k,
         )
     ranking.loader_plan = plan
     ranking.notes += [f"Loader probe: {n}" for n in plan.notes]
