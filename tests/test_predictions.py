@@ -103,3 +103,21 @@ def test_range_round_trips_and_renders_instead_of_the_point() -> None:
         Recommendation.from_dict({"kind": "input", "title": "t", "detail": "d"}).expected_speedup_range
         is None
     )
+
+
+def test_cpu_without_native_bf16_says_why_bf16_is_not_tried() -> None:
+    """Kept from issue 19: on an AVX2-only CPU bf16 autocast ran a wide MLP at 0.03x; it is neither tried
+    nor advised there, and the report's text says why."""
+    from lightning_bottleneck.analysis.summary import TraceSummary
+    from lightning_bottleneck.output.text import render_text
+
+    summary = TraceSummary(num_steps=5, step_times_ms=[10.0] * 5, host_op_long=0.9)
+    timing = TimingStats(steps=60, step_ms=[10.0] * 40, data_wait_ms=[0.1] * 40, samples_per_step=32.0)
+    for native, said in ((False, True), (True, False)):
+        cfg = RunConfig(accelerator="cpu", precision="32-true", usable_cpus=2, bf16_supported=native)
+        report = diagnose(Evidence(summaries=[summary], timing=timing, config=cfg,
+                                   run_length=RunLength(total_steps=1000)))  # fmt: skip
+        assert any("no native bf16" in n for n in report.notes) is said, report.notes
+        assert any(r.settings.get("precision") == "bf16-mixed" for r in report.recommendations) is not said
+        if said:
+            assert "no native bf16" in render_text(report)

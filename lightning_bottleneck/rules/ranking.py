@@ -517,6 +517,13 @@ def _model_candidates(
             measured_keys |= set(r.settings)
             out.append(_trial_candidate(r, compute, overhead, model_ms, account))
     amp_open = mixed_precision_open(evidence)
+    cfg = evidence.config
+    if compute >= T.COMPUTE_SHARE_MEDIUM and cfg is not None and cfg.accelerator == "cpu" \
+            and cfg.bf16_supported is False and str(cfg.precision) in ("32-true", "32"):  # fmt: skip
+        ranking.notes.append(
+            "Mixed precision (bf16) was neither tried nor advised: this CPU has no native bf16 instructions "
+            "(AVX512-BF16/AMX), where bf16 autocast runs slower than fp32 (0.03x measured on a wide MLP)."
+        )
     if compute >= T.COMPUTE_SHARE_MEDIUM:
         # mixed precision while it is open and untried; once it measured no faster (or is on), compile
         key = "precision" if amp_open and "precision" not in measured_keys else "compile"
