@@ -603,7 +603,11 @@ class BottleneckCallback(Callback):
         summaries = [own] if own is not None else []
         trace_files = list(window.trace_files)
         if gather:
-            merged = merge_rank_summaries(self._gather, self._rank, own, window.trace_files)
+            busy = self._measured.contention if self._measured is not None else None
+            merged = merge_rank_summaries(self._gather, self._rank, own, window.trace_files,
+                                          busy.note if busy is not None and busy.busy else None)  # fmt: skip
+            if self._measured is not None:
+                self._measured.busy_ranks = merged.busy_ranks
             summaries = merged.summaries
             trace_files += merged.trace_files
             self._notes += merged.notes

@@ -119,6 +119,7 @@ class Measured:
     loader_ladder: LoaderLadder | None = None
     trials: TrialReport | None = None
     contention: Contention | None = None
+    busy_ranks: dict[int, str] = field(default_factory=dict)  # other ranks' busy-machine notes (rank zero)
     window_check: WindowCheck | None = None
     notes: list[str] = field(default_factory=list)
 

@@ -641,9 +641,10 @@ def confidence(
     ratio = ranking.top_two_ratio()
     if ratio is not None and ratio < T.TOP_TWO_RATIO_MIN:
         reasons.append(f"the two best fixes are within {T.TOP_TWO_RATIO_MIN}x of each other ({ratio:.2f}x)")
-    if evidence.contention is not None and evidence.contention.busy:
+    busy = busy_machine_notes(evidence)
+    if busy:
         reasons.append("the machine was busy")
-        notes.append(f"Busy machine while profiling: {evidence.contention.note}")
+        notes += busy
     wc = evidence.window_check
     if wc is not None and not wc.representative:
         reasons.append(f"the window is not representative ({wc.likely_cause or 'unknown cause'})")
@@ -655,6 +656,16 @@ def confidence(
         if conf > cap:
             notes.append(f"Confidence capped at {cap:.0%}: {'; '.join(reasons)}.")
     return round(max(0.05, min(cap, conf)), 3), notes
+
+
+def busy_machine_notes(evidence: Evidence) -> list[str]:
+    """One note per rank whose busy-machine check said busy (this rank's first); empty on a quiet machine."""
+    notes = []
+    if evidence.contention is not None and evidence.contention.busy:
+        notes.append(f"Busy machine while profiling: {evidence.contention.note}")
+    for rank, note in sorted(evidence.busy_ranks.items()):
+        notes.append(f"Busy machine on rank {rank} while profiling: {note}")
+    return notes
 
 
 def ranked_verdict(
