@@ -44,6 +44,9 @@ from payoff_workloads import HELD_OUT, MAIN, WORKLOADS  # noqa: E402
 NOT_SLOWER = 0.97
 # ... and wins at least this share of the best single change's speed-up in log terms.
 LOG_SHARE_OF_BEST = 0.5
+# The number printed next to the advice is what the user gets (issue 19): |log(predicted / applied)| at most
+# this (20%: log 1.2 = 0.18); where the report gave a range instead, applied falls inside it (same slack).
+PREDICTION_LOG_ERROR = 0.18
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Outcome:
     settings: dict[str, Any] = field(default_factory=dict)
     applied: bool = False
     note: str = ""
+    predicted: float | None = None  # the first advice's expected_speedup
+    predicted_range: tuple[float, float] | None = None  # its expected_speedup_range, when it gave one
     rates: dict[str, list[float]] = field(default_factory=dict)  # label -> samples/s per round
 
     def median(self, label: str) -> float:
@@ -82,6 +87,31 @@ class Outcome:
         a, b = self.applied_speedup, self.best[1]
         return a >= NOT_SLOWER and math.log(max(a, 1e-9)) >= LOG_SHARE_OF_BEST * math.log(b) - 1e-9
 
+    @property
+    def prediction_error(self) -> float | None:
+        """|log(predicted / applied)|; None when not applied or nothing was predicted."""
+        a = self.applied_speedup
+        if not self.applied or self.predicted is None or math.isnan(a) or a <= 0:
+            return None
+        return abs(math.log(self.predicted / a))
+
+    @property
+    def prediction_ok(self) -> bool | None:
+        """The applied speed-up is within 20% of the point, or inside the range (20% slack) when given."""
+        err = self.prediction_error
+        if err is None:
+            return None
+        if self.predicted_range is not None:
+            lo, hi = self.predicted_range
+            a = self.applied_speedup
+            return math.log(lo) - PREDICTION_LOG_ERROR <= math.log(a) <= math.log(hi) + PREDICTION_LOG_ERROR
+        return err <= PREDICTION_LOG_ERROR
+
+    def predicted_text(self) -> str:
+        if self.predicted_range is not None:
+            return f"{self.predicted_range[0]:.2f}-{self.predicted_range[1]:.2f}x"
+        return "-" if self.predicted is None else f"{self.predicted:.2f}x"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "workload": self.workload,
@@ -95,6 +125,10 @@ class Outcome:
             "applied_speedup": self.applied_speedup,
             "best": list(self.best),
             "goal": self.goal,
+            "predicted": self.predicted,
+            "predicted_range": None if self.predicted_range is None else list(self.predicted_range),
+            "prediction_error": self.prediction_error,
+            "prediction_ok": self.prediction_ok,
         }
 
 
@@ -148,6 +182,10 @@ def evaluate(
     if recs:
         o.advice = str(recs[0].get("title", "?"))
         o.settings = dict(recs[0].get("settings") or {})
+        pred, span = recs[0].get("expected_speedup"), recs[0].get("expected_speedup_range")
+        o.predicted = float(pred) if isinstance(pred, (int, float)) else None
+        if isinstance(span, list) and len(span) == 2:
+            o.predicted_range = (float(span[0]), float(span[1]))
     configs: dict[str, dict[str, Any]] = {"baseline": {}}
     if o.settings:
         configs["advice"] = o.settings
@@ -175,7 +213,8 @@ def evaluate(
 
 
 def table(outcomes: list[Outcome]) -> str:
-    head = ["workload", "verdict", "first advice (settings)", "applied", "best single change", "best", "goal"]
+    head = ["workload", "verdict", "first advice (settings)", "predicted", "applied", "|log(pred/appl)|",
+            "best single change", "best", "goal"]  # fmt: skip
     rows = [head]
     for o in outcomes:
         best_label, best = o.best
@@ -186,7 +225,9 @@ def table(outcomes: list[Outcome]) -> str:
                 o.workload,
                 f"{o.verdict} {o.confidence:.0%}",
                 advice[:70],
+                o.predicted_text(),
                 applied,
+                _prediction_cell(o),
                 best_label[:40],
                 f"{best:.2f}x",
                 "yes" if o.goal else "NO",
@@ -197,6 +238,13 @@ def table(outcomes: list[Outcome]) -> str:
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     notes = [f"  * {o.workload}: {o.note}" for o in outcomes if o.note]
     return "\n".join(lines + (["  (* = advice not applied, counted as 1.00x)", *notes] if notes else []))
+
+
+def _prediction_cell(o: Outcome) -> str:
+    err = o.prediction_error
+    if err is None:
+        return "-"
+    return f"{err:.2f}" + ("" if o.prediction_ok else " NO") + (" (range)" if o.predicted_range else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(outcomes)} workloads, median of {a.repeats} interleaved rounds each, "
         f"{time.perf_counter() - t0:.0f} s; goal: applied >= {NOT_SLOWER}x and >= sqrt(best)"
+    )
+    judged = [o for o in outcomes if o.prediction_ok is not None]
+    print(
+        f"predicted within 20% (|log(pred/applied)| <= {PREDICTION_LOG_ERROR}, or inside the range given): "
+        f"{sum(bool(o.prediction_ok) for o in judged)} of {len(judged)} applied"
     )
     if a.json:
         Path(a.json).write_text(json.dumps([o.to_dict() for o in outcomes], indent=2), encoding="utf-8")

@@ -19,7 +19,13 @@ from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.output.report import Finding, RankSummary, Recommendation, Report, StepTime
 from lightning_bottleneck.rules import classify, final_verdict, thresholds
 from lightning_bottleneck.rules.communication import with_communication_evidence
-from lightning_bottleneck.rules.ranking import Ranking, rank, ranked_verdict, tried_findings
+from lightning_bottleneck.rules.ranking import (
+    Ranking,
+    busy_machine_notes,
+    rank,
+    ranked_verdict,
+    tried_findings,
+)
 from lightning_bottleneck.rules.stragglers import (
     RankWork,
     Straggler,
@@ -88,6 +94,12 @@ def diagnose(evidence: Evidence) -> Report:
         notes.append(f"Steps: {summary.step_source}")
     notes += job.notes
 
+    doubt = next((s.timing_doubt for s in evidence.summaries if s.timing_doubt), None)
+    if doubt is not None:  # implausible timing of unknown unit: no verdict, no advice resting on it
+        job.primary, job.recommendations = Category.UNKNOWN, []
+        job.confidence = min(job.confidence, thresholds.UNKNOWN_CONFIDENCE_MAX)
+        if doubt not in notes:
+            notes.append(doubt)
     metrics = _metrics(evidence, summary, verdict.savings)
     metrics["ranking"] = ranking.to_dict()
     _measured_metrics(evidence, metrics)
@@ -355,6 +367,13 @@ def _job_verdict(
         job.primary = top.cause
         job.breakdown = dict(top_entry.breakdown)
         job.confidence = straggler_confidence(top, own.num_steps if own else 0)
+        busy = busy_machine_notes(evidence)
+        if busy and job.confidence > thresholds.UNCERTAIN_CONFIDENCE_MAX:
+            # a descheduled rank looks like a straggler: on a busy machine never a confident one
+            job.confidence = thresholds.UNCERTAIN_CONFIDENCE_MAX
+            job.notes.append(
+                f"Straggler confidence capped at {thresholds.UNCERTAIN_CONFIDENCE_MAX:.0%}: the machine was busy."
+            )
         job.notes.append(
             f"Job-level verdict and breakdown are rank {top.rank}'s (the straggler); the other ranks' own "
             f"views are under `ranks` ({', '.join(f'rank {r.rank}: {r.primary.value}' for r in waiting)})."

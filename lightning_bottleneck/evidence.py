@@ -142,5 +142,8 @@ class Evidence:
         None  # lightning_bottleneck.measure.trials.run_trials on a batch of the window
     )
     contention: Contention | None = None  # contention.assess over the window (other processes' CPU use)
+    busy_ranks: dict[int, str] = field(
+        default_factory=dict
+    )  # other ranks whose own check said busy: its note
     window_check: WindowCheck | None = None  # analysis.representative.check_window (window vs the rest)
     memory_trend: MemoryTrend | None = None  # memory_trend.MemorySampler over the whole run (RSS or CUDA)

@@ -63,3 +63,27 @@ def write_trace(path: Path, events: list[dict[str, Any]], gz: bool = False, **me
     else:
         path.write_text(text)
     return path
+
+
+def cpu_training_events(
+    steps: int = 4, scale: float = 1.0, base_us: float = 1_000_000
+) -> list[dict[str, Any]]:
+    """``steps`` CPU training steps of 2000 µs on thread 1, each with a 400 µs DataLoader wait, an
+    ``aten::addmm`` of 900 µs and ten metadata ops (``aten::view``/``aten::t``/``aten::empty``) of ~1 µs,
+    the cheapest ops a profiled step has. ``scale`` multiplies every timestamp and duration: 1e-3 writes a
+    millisecond clock as if it were microseconds, 1e3 a (relative) nanosecond one."""
+    ev: list[dict[str, Any]] = []
+
+    def x(cat: str, name: str, ts: float, dur: float) -> None:
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts * scale,
+                   "dur": dur * scale, "args": {}})  # fmt: skip
+
+    for step in range(steps):
+        t0 = base_us + step * 2000
+        x("user_annotation", f"ProfilerStep#{step}", t0, 2000)
+        x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 1, 400)
+        for i, name in enumerate(["aten::view", "aten::t", "aten::empty"] * 3 + ["aten::view"]):
+            x("cpu_op", name, t0 + 410 + 3 * i, 0.8 + 0.05 * i)
+        x("cpu_op", "aten::addmm", t0 + 450, 900)
+        x("cpu_op", "aten::add_", t0 + 1400, 200)
+    return ev

@@ -33,9 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lightning_bottleneck.cli import main
 
-from _trace_builders import gpu_training_events
+from _trace_builders import cpu_training_events, gpu_training_events
 
 REPO = Path(__file__).resolve().parents[1]
+
+#: The step of ``cpu_training_events`` in milliseconds (what a repaired clock must read).
+CPU_STEP_MS = 2.0
 
 #: Seconds one small input may take in-process (they take milliseconds; the margin is for a busy machine).
 SMALL_INPUT_SECONDS = 5.0
@@ -47,6 +50,7 @@ SAME = "same"  # exit 0 and the same verdict and step time as the untouched trac
 OK_NOTE = "ok_note"  # exit 0 with a note about what was dropped or ignored
 ERROR_OR_UNKNOWN = "error_or_unknown"  # invalid timing: exit 2, or exit 0 with an "unknown" verdict
 CLEAN = "clean"  # exit 0 or 2, cleanly
+REPAIRED = "repaired"  # a scaled clock: exit 0, the note, the unscaled trace's step time, never above 90%
 
 
 @dataclass
@@ -74,6 +78,12 @@ def base_events(steps: int = 6) -> list[dict[str, Any]]:
                 args["correlation"] += 100 * i
             out.append(e)
     return out
+
+
+def _scaled(events: list[dict[str, Any]], scale: float) -> list[dict[str, Any]]:
+    for e in events:
+        e["ts"], e["dur"] = e["ts"] * scale, e["dur"] * scale
+    return events
 
 
 def doc_text(events: Any, sep: str = ",", **meta: Any) -> str:
@@ -246,6 +256,15 @@ def corpus(seed: int = 0, held_out: bool = False) -> list[Case]:
             expect,
             note="dropped" if expect == OK_NOTE else "",
         )
+    # a clock in another unit written as microseconds: repaired from the trace's own ops, else unknown
+    scales = (1e-3, 1e3) if not held_out else (1e-3 * 0.999, 1e3 * 1.001)
+    for scale in scales:
+        add(f"clock-x{scale:g}-ops", lambda r, k=scale: doc_text(cpu_training_events(6, scale=k)), REPAIRED,
+            note="Implausible timing repaired")  # fmt: skip
+    for scale in (1e-3, 1e-6) if not held_out else (2e-3, 1e-4):
+        # too few ops to infer the unit: steps of a microsecond or less
+        add(f"clock-x{scale:g}-steps-only", lambda r, k=scale: doc_text(_scaled(base_events(), k)),
+            ERROR_OR_UNKNOWN)  # fmt: skip
     # not JSON, not a trace, truncated, damaged
     for name, content, note in (
         ("empty", b"", "empty"),
@@ -456,8 +475,13 @@ def judge(case: Case, got: Outcome, reference: dict[str, Any] | None) -> str | N
         return None
     if case.expect == ERROR_OR_UNKNOWN and doc["primary"] != "unknown":
         return f"invalid timing gave a confident verdict: {doc['primary']} ({doc['confidence']})"
-    if case.expect == OK_NOTE and not any(case.note in n for n in doc["notes"]):
+    if case.expect in (OK_NOTE, REPAIRED) and not any(case.note in n for n in doc["notes"]):
         return f"no note with {case.note!r}: {doc['notes']}"
+    if case.expect == REPAIRED:
+        if doc["primary"] == "unknown" or doc["confidence"] > 0.9:
+            return f"repaired timing: {doc['primary']} at {doc['confidence']} (want a verdict at <= 90%)"
+        if abs(doc["step_time_ms"]["median"] - CPU_STEP_MS) > 0.01 * CPU_STEP_MS:
+            return f"repaired step time {doc['step_time_ms']['median']} ms, want {CPU_STEP_MS} ms"
     if case.expect == SAME and reference is not None:
         ours = (doc["primary"], doc["step_time_ms"], doc["breakdown"])
         want = (reference["primary"], reference["step_time_ms"], reference["breakdown"])
@@ -518,6 +542,14 @@ def test_the_judge_catches_what_it_must() -> None:
     confident = json.dumps({"primary": "overhead", "confidence": 0.99, "notes": []})
     assert judge(case, Outcome(0, confident, "", 0.1), None)
     assert judge(Case("y", lambda d: [], OK), Outcome(0, '{"primary": NaN}', "", 0.1), None)
+    repaired = Case("z", lambda d: [], REPAIRED, note="Implausible timing repaired")
+    doc = {"primary": "input", "confidence": 0.95, "step_time_ms": {"median": CPU_STEP_MS},
+           "notes": ["Implausible timing repaired: ..."]}  # fmt: skip
+    assert judge(repaired, Outcome(0, json.dumps(doc), "", 0.1), None)  # too sure
+    doc.update(confidence=0.5, step_time_ms={"median": CPU_STEP_MS / 1000})
+    assert judge(repaired, Outcome(0, json.dumps(doc), "", 0.1), None)  # not rescaled
+    doc.update(step_time_ms={"median": CPU_STEP_MS})
+    assert judge(repaired, Outcome(0, json.dumps(doc), "", 0.1), None) is None
     assert judge(case, Outcome(2, "", "lightning-bottleneck: error: x\n", SMALL_INPUT_SECONDS + 1), None)
 
 

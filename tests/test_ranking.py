@@ -154,8 +154,11 @@ def test_cpu_bound_ladder_that_cannot_cover_consumption_says_make_samples_cheape
     assert first.title == "Make each sample cheaper to produce"
     assert "700 samples/s" in first.detail  # the measured ceiling
     assert first.evidence["ceiling_samples_per_s"] == pytest.approx(700.0)
-    # its interim setting (num_workers=1) is what was measured; the ceiling bounds the rest
-    assert first.method == MEASURED and "tops out at 700 samples/s" in first.basis
+    # num_workers=1 measured 1.4x with the loader alone, but a worker loads on one core at 2 ms of CPU a
+    # sample, as the training process does now: in training it is predicted at ~1.03x, so it is not
+    # advised (issue 19: applied, such a worker gave 0.74-0.99x); the ceiling bounds what cheaper samples save
+    assert not first.settings and first.method == "estimated" and "700 samples/s" in first.basis
+    assert any("num_workers=1" in n and "not advised" in n for n in report.notes), report.notes
     assert first.saved_ms_per_step is not None and first.saved_ms_per_step > 10
 
 

@@ -40,6 +40,17 @@ MEASURED_GAIN_MIN = 1.10
 # epochs; it is worth that memory once re-starting workers costs more than the 3% noise band that
 # `lightning-bottleneck compare` uses for "no change" -- 2% of an epoch stays under it.
 PERSISTENT_STARTUP_SHARE_MIN = 0.03
+# Cores the training process keeps busy during its step when they were not measured (no CPU snapshots of
+# the window, or a busy machine): one, a Python training loop (issue 8's assumption). Measured, they are the
+# process's own CPU time over the window's wall time with the in-process loading taken out (step_cores).
+DEFAULT_STEP_CORES = 1.0
+# When the model trains on the CPU and loading is CPU-bound, workers and the step share the cores, and the
+# scheduler does not keep workers off the step's cores: a worker count that needs more cores than the step
+# leaves free cannot be predicted within 20% (issue 19 measured num_workers=2 at 0.93x and 1 at 0.74-0.99x on
+# 2 cores, against 1.2-2x from the loader alone). Its range's low end assumes the step loses this many
+# cores' worth of time to the workers (half a core: the step's threads wait at barriers for a descheduled
+# thread; a whole core would be the workers taking every cycle they want).
+CONTENDED_STEP_CORES = 0.5
 # The model's consumption rate is read at this percentile of (step - data wait) over the timed steps, not
 # the median: profiled steps and steps slowed by other processes on a shared machine make the busy time
 # look longer than the model needs (issue 9 measured 26x slower window steps under contention), and
@@ -88,6 +99,7 @@ def plan_loader(
     steps_per_epoch: int | None = None,
     epoch_start_stall_s: float | None = None,
     typical_consumption_samples_per_s: float | None = None,
+    step_cores: float | None = None,
 ) -> LoaderPlan:
     """Loader recommendations from a measured ladder.
 
@@ -106,8 +118,12 @@ def plan_loader(
         typical_consumption_samples_per_s: the consumption rate used to *predict* the step time (e.g. from
             the median step); defaults to ``consumption_samples_per_s``, which decides coverage and may be
             read optimistically (see :data:`CONSUMPTION_QUANTILE`).
+        step_cores: cores the training step keeps busy (:func:`step_cores_from_window`); None: not measured,
+            :data:`DEFAULT_STEP_CORES`. With a CPU model and CPU-bound loading the workers get only the
+            cores the step leaves free while it runs, so the prediction is for the run as it trains.
     """
     plan = LoaderPlan()
+    k = DEFAULT_STEP_CORES if step_cores is None else max(0.0, step_cores)
     if ladder.skipped or not ladder.rungs:
         plan.notes += ladder.notes or ["The loader was not measured: no loader advice."]
         return plan
@@ -140,16 +156,16 @@ def plan_loader(
     chosen: Rung | None = None
     covers_now = rung_now is not None and consumption is not None and _covers(rung_now, consumption)
     if steady_input and consumption is not None and not covers_now:
-        usable = _usable_rungs(ladder, current, w_now, plan.notes)
+        usable = _usable_rungs(ladder, current, w_now, plan.notes, k, step_cores is not None)
         covering = sorted(
-            (r for r in usable if _covers(r, consumption)),
+            (r for r in usable if _covers(r, consumption) and _shares_cores_well(r, current, ladder, k)),
             key=lambda r: (r.num_workers, r.prefetch_factor or 0),
         )
         plan.covered = bool(covering)
         if covering:
             chosen = covering[0]
         else:
-            chosen = min(usable, key=lambda r: _per_sample_s(r, consumption, current, ladder))
+            chosen = min(usable, key=lambda r: _per_sample_s(r, consumption, current, ladder, k))
         plain = ladder.rung(chosen.num_workers, current.prefetch_factor or 2) if chosen.num_workers else None
         if plain is not None and chosen.samples_per_s < plain.samples_per_s * MEASURED_GAIN_MIN:
             chosen = plain  # a larger prefetch_factor only when it measured clearly faster
@@ -166,6 +182,18 @@ def plan_loader(
             chosen = None
         if chosen is rung_now:
             chosen = None
+        if chosen is not None and rung_now is not None and chosen.num_workers != w_now:
+            # the prediction for the run as it trains (the step holds k cores) must clear the same bar
+            gain = _per_sample_s(rung_now, consumption, current, ladder, k) / _per_sample_s(
+                chosen, consumption, current, ladder, k
+            )
+            if gain < MEASURED_GAIN_MIN:
+                plan.notes.append(
+                    f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s with the loader alone, but "
+                    f"in training (the step keeps {k:.1f} of {_cpus(current, ladder)} CPU(s) busy) it is "
+                    f"predicted at {gain:.2f}x, under {MEASURED_GAIN_MIN:.2f}x: not advised."
+                )
+                chosen = None
     elif covers_now:
         plan.covered = True
         if steady_input and rung_now is not None and consumption is not None:
@@ -183,7 +211,7 @@ def plan_loader(
     w_new = chosen.num_workers if chosen is not None else w_now
     startup_new = chosen.startup_s if chosen is not None else (rung_now.startup_s if rung_now else stall_now)
     typical = typical_consumption_samples_per_s or consumption
-    step_new = _predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder)
+    step_new = _predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder, k)
     if w_new > 0 and not persistent_now:
         epoch_guess = _epoch_s(steps_per_epoch, step_new, 0.0)
         if steps_per_epoch is None:
@@ -201,6 +229,21 @@ def plan_loader(
     plan.predicted_step_s = round(step_new, 6)
     plan.expected_speedup = None if speedup is None else round(speedup, 3)
     evidence = _evidence(ladder, consumption, step_s, step_new, stall_now, steps_per_epoch)
+    evidence["step_cores"] = round(k, 3)
+    evidence["step_cores_measured"] = step_cores is not None
+    spread: tuple[float, float] | None = None
+    uncertainty = ""
+    if speedup is not None and chosen is not None and _contended(chosen, current, ladder, k):
+        # workers need cores the step holds: the low end has the step lose CONTENDED_STEP_CORES to them
+        worst = _predicted_step_s(
+            chosen, rung_now, typical, bs, step_s, current, ladder, k + CONTENDED_STEP_CORES
+        )
+        low = epoch_now / _epoch_s(steps_per_epoch, worst, stall_new) if worst > 0 else speedup
+        spread = (round(min(low, speedup), 3), round(speedup, 3))
+        uncertainty = (
+            f"{chosen.num_workers} worker(s) and a step that keeps {k:.1f} core(s) busy share "
+            f"{_cpus(current, ladder)} CPU(s)"
+        )
 
     if plan.covered is False and ladder.bound == BOUND_CPU:
         ceiling = ladder.ceiling_samples_per_s
@@ -222,6 +265,8 @@ def plan_loader(
                 ),
                 expected_speedup=plan.expected_speedup,
                 evidence=evidence,
+                expected_speedup_range=spread,
+                uncertainty=uncertainty,
             )
         )
         return plan
@@ -270,6 +315,8 @@ def plan_loader(
             snippet=_snippet(settings, current, w_new),
             expected_speedup=plan.expected_speedup,
             evidence=evidence,
+            expected_speedup_range=spread,
+            uncertainty=uncertainty,
         )
     )
     return plan
@@ -299,7 +346,11 @@ def epoch_start_stall(timing: TimingStats) -> float | None:
 
 
 def plan_from_timing(
-    ladder: LoaderLadder, current: RunConfig, timing: TimingStats, steps_per_epoch: float | None
+    ladder: LoaderLadder,
+    current: RunConfig,
+    timing: TimingStats,
+    steps_per_epoch: float | None,
+    step_cores: float | None = None,
 ) -> LoaderPlan:
     """:func:`plan_loader` fed from the callback's always-on timing (the window's steady-state steps).
 
@@ -322,10 +373,32 @@ def plan_from_timing(
         steps_per_epoch=int(steps_per_epoch) if steps_per_epoch and steps_per_epoch < float("inf") else None,
         epoch_start_stall_s=epoch_start_stall(timing),
         typical_consumption_samples_per_s=consumption_rate(timing, 50.0),
+        step_cores=step_cores,
     )
 
 
-def _usable_rungs(ladder: LoaderLadder, cfg: RunConfig, w_now: int, notes: list[str]) -> list[Rung]:
+def step_cores_from_window(
+    self_cores: float | None, data_wait_share: float, ladder: LoaderLadder, current: RunConfig
+) -> float | None:
+    """Cores the training step keeps busy, measured: the training process's own CPU time over the
+    profiled window's wall time (:attr:`~lightning_bottleneck.measure.contention.Contention.self_cores`,
+    workers excluded), with the in-process loading taken out (``num_workers=0``: the data wait is the
+    process loading at the probe's measured CPU share), spread over the non-waiting part of the step.
+    None when not measured or when the step is nearly all data wait (too little left to measure)."""
+    busy = 1.0 - data_wait_share
+    if self_cores is None or busy < 0.05:
+        return None
+    loading = 0.0
+    if not current.num_workers:
+        rung0 = ladder.rung(0)
+        loading = rung0.cpu_share if rung0 is not None and rung0.cpu_share is not None else 1.0
+    cpus = float(_cpus(current, ladder))
+    return min(cpus, max(0.0, (self_cores - data_wait_share * loading) / busy))
+
+
+def _usable_rungs(
+    ladder: LoaderLadder, cfg: RunConfig, w_now: int, notes: list[str], k: float, measured: bool
+) -> list[Rung]:
     """Rungs that can pay off during training, not only in the probe.
 
     The probe timed the loader alone. When loading is CPU-bound and the model also trains on the CPU, the
@@ -336,14 +409,41 @@ def _usable_rungs(ladder: LoaderLadder, cfg: RunConfig, w_now: int, notes: list[
     cpus = ladder.usable_cpus or cfg.usable_cpus
     if cfg.accelerator != "cpu" or ladder.bound != BOUND_CPU or not cpus:
         return list(ladder.rungs)
-    cap = max(0, cpus - 1)
+    cap = max(0, round(cpus - k))
     kept = [r for r in ladder.rungs if r.num_workers <= cap or r.num_workers == w_now]
     if len(kept) < len(ladder.rungs):
+        how = "measured" if measured else "assumed"
         notes.append(
-            f"Loading is CPU-bound and the model trains on the CPU: worker counts above {cap} would take the "
-            f"training process's core ({cpus} usable), so they are not advised."
+            f"Loading is CPU-bound and the model trains on the CPU: its step keeps {k:.1f} core(s) busy "
+            f"({how}), so worker counts above {cap} would take the training process's cores ({cpus} usable) "
+            "and are not advised."
         )
     return kept
+
+
+def _cpus(cfg: RunConfig, ladder: LoaderLadder) -> int:
+    return max(1, ladder.usable_cpus or cfg.usable_cpus or 1)
+
+
+def _shares_cores(cfg: RunConfig, ladder: LoaderLadder) -> bool:
+    """The model trains on the CPU and loading is CPU-bound: workers and the step compete for cores."""
+    return cfg.accelerator == "cpu" and ladder.bound == BOUND_CPU
+
+
+def _contended(rung: Rung, cfg: RunConfig, ladder: LoaderLadder, k: float) -> bool:
+    """Workers that want more cores than the step leaves free while it runs."""
+    return (
+        rung.num_workers > 0
+        and _shares_cores(cfg, ladder)
+        and rung.num_workers > _cpus(cfg, ladder) - k + 1e-9
+    )
+
+
+def _shares_cores_well(rung: Rung, cfg: RunConfig, ladder: LoaderLadder, k: float) -> bool:
+    """A rung "covers" the model only if it does so on the cores the step leaves (always, off the CPU)."""
+    if rung.num_workers == 0 or not _shares_cores(cfg, ladder):
+        return True
+    return not _contended(rung, cfg, ladder, k)
 
 
 def _rung_for(ladder: LoaderLadder, workers: int, prefetch: int | None) -> Rung | None:
@@ -356,21 +456,27 @@ def _covers(rung: Rung, consumption: float) -> bool:
     return rung.samples_per_s >= consumption * COVER_MARGIN
 
 
-def _per_sample_s(rung: Rung, consumption: float | None, cfg: RunConfig, ladder: LoaderLadder) -> float:
-    """Predicted seconds per sample of training with this loader setting.
+def _per_sample_s(
+    rung: Rung, consumption: float | None, cfg: RunConfig, ladder: LoaderLadder, k: float = DEFAULT_STEP_CORES
+) -> float:
+    """Predicted seconds per sample of training with this loader setting, the run as it trains.
 
     Without workers, loading and the step run one after the other. With workers they overlap, so the slower
-    one sets the pace; when the model also trains on the CPU and loading is CPU-bound, loading and the step
-    share the usable cores, so the pace is at least their summed CPU time spread over those cores.
+    one sets the pace. When the model also trains on the CPU and loading is CPU-bound, the workers get, while
+    the step runs, only the cores it leaves free (``usable - k``, ``k`` the cores the step keeps busy) and all
+    of them (up to one per worker) while the step waits for data: the CPU time a sample needs
+    (``cpu_per_sample_s``) that does not fit beside the step lengthens it.
     """
     step = 1.0 / consumption if consumption else 0.0
     load = 1.0 / rung.samples_per_s if rung.samples_per_s > 0 else float("inf")
     if rung.num_workers == 0:
         return step + load
     pace = max(step, load)
-    if cfg.accelerator == "cpu" and ladder.bound == BOUND_CPU and rung.cpu_per_sample_s is not None:
-        cpus = max(1, ladder.usable_cpus or cfg.usable_cpus or 1)
-        pace = max(pace, (rung.cpu_per_sample_s + step) / cpus)
+    if _shares_cores(cfg, ladder) and rung.cpu_per_sample_s is not None:
+        cpus = _cpus(cfg, ladder)
+        beside = min(float(rung.num_workers), max(0.0, cpus - k)) * step  # loaded while the step runs
+        rest = max(0.0, rung.cpu_per_sample_s - beside)
+        pace = max(pace, step + rest / min(rung.num_workers, cpus))
     return pace
 
 
@@ -382,10 +488,11 @@ def _predicted_step_s(
     step_s: float,
     cfg: RunConfig,
     ladder: LoaderLadder,
+    k: float = DEFAULT_STEP_CORES,
 ) -> float:
     if chosen is None or consumption is None:
         return step_s
-    return bs * _per_sample_s(chosen, consumption, cfg, ladder)
+    return bs * _per_sample_s(chosen, consumption, cfg, ladder, k)
 
 
 def _epoch_s(steps_per_epoch: int | None, step_s: float, stall_s: float) -> float:

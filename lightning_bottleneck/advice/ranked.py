@@ -103,6 +103,11 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             r.measured_speedup = max(measured)
         if r.expected_speedup is None or len(cands) > 1:
             r.expected_speedup = ranking.account.speedup(r.saved_ms_per_step)
+        if r.method == "estimated" and r.expected_speedup and r.expected_speedup_range is None:
+            # not measured on this run: a share of the step times a published speed-up (or "all of the data
+            # wait if samples cost nothing") is an upper bound, no 20% prediction
+            r.expected_speedup_range = (min(1.0, r.expected_speedup), r.expected_speedup)
+            r.uncertainty = "estimated from the trace, not measured on this run"
     bucket = ranking.bucket_savings()
 
     def order(item: tuple[int, Recommendation]) -> tuple[int, float, int]:

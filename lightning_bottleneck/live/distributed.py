@@ -151,12 +151,16 @@ class RankGather:
             dist.destroy_process_group(group)
 
 
-def rank_payload(rank: int, summary: Any, trace_files: list[str]) -> dict[str, Any]:
-    """The plain dict one rank sends: its :class:`TraceSummary` (as a dict, or None) and its trace files."""
+def rank_payload(
+    rank: int, summary: Any, trace_files: list[str], busy_note: str | None = None
+) -> dict[str, Any]:
+    """The plain dict one rank sends: its :class:`TraceSummary` (as a dict, or None), its trace files and,
+    when its own busy-machine check said busy, that check's note."""
     return {
         "rank": int(rank),
         "summary": summary.to_dict() if summary is not None else None,
         "trace_files": [str(f) for f in trace_files],
+        "busy": busy_note,
     }
 
 
@@ -167,17 +171,23 @@ class MergedRanks:
     summaries: list[TraceSummary]
     trace_files: list[str] = field(default_factory=list)  # the other ranks' trace files
     notes: list[str] = field(default_factory=list)
+    busy_ranks: dict[int, str] = field(default_factory=dict)  # other ranks whose machine was busy: the note
 
 
 def merge_rank_summaries(
-    gather: RankGather, rank: int, own: TraceSummary | None, trace_files: list[str]
+    gather: RankGather,
+    rank: int,
+    own: TraceSummary | None,
+    trace_files: list[str],
+    busy_note: str | None = None,
 ) -> MergedRanks:
-    """Every rank sends its summary to global rank zero (a no-op for one process); never raises."""
+    """Every rank sends its summary (and its busy-machine note, if any) to global rank zero (a no-op for
+    one process); never raises."""
     mine = [own] if own is not None else []
     if not gather.active:
         return MergedRanks(mine)
     try:
-        result = gather.gather(rank_payload(rank, own, trace_files))
+        result = gather.gather(rank_payload(rank, own, trace_files, busy_note))
     except Exception as err:
         return MergedRanks(mine, notes=[f"gathering rank summaries failed: {type(err).__name__}: {err}"])
     merged = MergedRanks([], notes=list(result.notes))
@@ -193,6 +203,9 @@ def merge_rank_summaries(
         else:
             merged.notes.append(f"rank {payload.get('rank')} profiled no complete window: no trace summary.")
         merged.trace_files += [str(f) for f in payload.get("trace_files") or []]
+        busy = payload.get("busy")
+        if isinstance(busy, str) and busy and isinstance(payload.get("rank"), int):
+            merged.busy_ranks[int(payload["rank"])] = busy
     return merged
 
 

@@ -344,7 +344,11 @@ class FitRun:
         summaries = [own] if own is not None else []
         trace_files = list(window.trace_files)
         if gather:
-            merged = merge_rank_summaries(self.gather, self.rank, own, window.trace_files)
+            busy = self.measured.contention if self.measured is not None else None
+            busy_note = busy.note if busy is not None and busy.busy else None
+            merged = merge_rank_summaries(self.gather, self.rank, own, window.trace_files, busy_note)
+            if self.measured is not None:
+                self.measured.busy_ranks = merged.busy_ranks
             summaries = merged.summaries
             trace_files += merged.trace_files
             self.notes += merged.notes

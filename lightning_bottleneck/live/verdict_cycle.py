@@ -52,6 +52,7 @@ def take_verdict(
         loader_ladder=got.loader_ladder,
         trials=got.trials,
         contention=got.contention,
+        busy_ranks=dict(got.busy_ranks),
         window_check=got.window_check,
         memory_trend=memory.trend() if memory is not None else None,
     )

@@ -1,11 +1,13 @@
 """Was the machine busy? Two cheap CPU snapshots (window start and end) and a verdict with a note.
 
 A shared machine makes every timing in the window slower and flips verdicts (a descheduled tiny op looks
-like work). :func:`take_snapshot` reads the process's CPU time and context switches
-(``resource.getrusage``), its live children's CPU time (DataLoader workers: ``/proc``), the CPUs it may
-use (affinity, cgroup quota), the busy and steal time of those CPUs (``/proc/stat``) and the load average;
-:func:`assess` compares two snapshots and says whether *other* processes took a material share of the
-CPUs the run wanted. No torch import; a few file reads per call; call it twice per window, never per step.
+like work). :func:`take_snapshot` reads, through ``psutil`` (Linux, macOS, Windows), the process's CPU
+time and context switches, the CPU time of all its descendants - the exited ones included (DataLoader and
+compile workers, compilers Inductor ran) - the CPUs it may use (affinity, cgroup quota), the busy and
+steal time of those CPUs and the load average; :func:`assess` compares two snapshots and says whether
+*other* processes (machine busy time minus this process tree's) took a material share of the CPUs the run
+wanted. Without psutil the check is off and says so. No torch import; a few reads per call; call it twice
+per window, never per step.
 
 Example::
 
@@ -20,15 +22,18 @@ Example::
 
 from __future__ import annotations
 
-import os
-import resource
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from lightning_bottleneck.measure.cpus import usable_cpus
+from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, affinity_cpus, psutil_module, usable_cpus
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
 
 __all__ = ["Contention", "CpuSnapshot", "assess", "take_snapshot"]
 
@@ -37,7 +42,7 @@ __all__ = ["Contention", "CpuSnapshot", "assess", "take_snapshot"]
 #: is ~20% on the step time, several times the 3% noise band the reports use and above the 5-10%
 #: step-to-step spread of a steady CPU loop.
 MATERIAL_SHORTFALL = 0.2
-#: Without ``/proc/stat``: a thread that shares its core with a runnable thread of another process is
+#: Without per-CPU times: a thread that shares its core with a runnable thread of another process is
 #: preempted once per CFS time slice (``sched_latency_ns`` 6-24 ms over the runnable threads: 40-170
 #: times a second); one that owns its core is almost never. 40 per second per wanted thread is the low
 #: end of that range.
@@ -48,24 +53,23 @@ STEAL_SHARE = 0.1
 #: Windows shorter than this give no meaningful rates (a few scheduler ticks at HZ=250).
 MIN_WALL_S = 0.05
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
 
 @dataclass(frozen=True)
 class CpuSnapshot:
     """CPU accounting at one instant (seconds unless named otherwise)."""
 
     wall_s: float  # time.perf_counter()
-    cpu_s: float  # this process, all threads, user + system (getrusage RUSAGE_SELF)
-    children_cpu_s: float  # live child processes (DataLoader workers), from /proc; 0 where unreadable
+    cpu_s: float  # this process, all threads, user + system (psutil)
+    children_cpu_s: float  # all descendants, exited ones included (own_cpu_s): DataLoader/compile workers
     involuntary_switches: int  # ru_nivcsw: preemptions of this process's threads
     voluntary_switches: int  # ru_nvcsw: waits (I/O, locks, sleeps)
     threads: int  # intra-op threads the run wants busy (torch.get_num_threads())
     usable_cpus: int  # affinity and cgroup quota (lightning_bottleneck.measure.cpus.usable_cpus)
-    cpus_busy_s: float | None  # busy time (incl. steal) of the CPUs in this process's affinity, /proc/stat
+    cpus_busy_s: float | None  # busy time (incl. steal) of the CPUs in this process's affinity (psutil)
     cpus_steal_s: float | None  # steal time of those CPUs (a hypervisor running other guests)
     cpus_total_s: float | None  # all time of those CPUs
-    loadavg_1m: float | None  # /proc/loadavg
+    loadavg_1m: float | None  # 1-minute load average (psutil; emulated on Windows)
+    available: bool = True  # False: psutil could not be imported, nothing above was read
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,87 +82,100 @@ class Contention:
     busy: bool
     wall_s: float
     own_cores: float  # CPU time of this process (and its workers) / wall time
-    others_cores: float | None  # cores other processes used on our CPUs, when /proc/stat is readable
+    others_cores: float | None  # cores other processes used on our CPUs, when per-CPU times are readable
     wanted_cores: float  # min(intra-op threads, usable CPUs)
     free_cores: float | None  # usable CPUs minus others_cores
     involuntary_per_s: float
     steal_share: float | None
     loadavg_1m: float | None
     note: str
+    checked: bool = True  # False: the check was off (no psutil) or the window too short
+    self_cores: float | None = None  # CPU time of this process alone (not its workers) / wall time
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
+        if not self.checked:
+            return "busy-machine check not run: " + self.note
         return ("busy machine: " if self.busy else "machine not contended: ") + self.note
 
 
-def _proc_stat_cpus(cpus: set[int] | None) -> tuple[float, float, float] | None:
-    """(busy, steal, total) seconds summed over ``cpus`` (all CPUs when None) from /proc/stat."""
+def _cpu_times(ps: ModuleType, cpus: set[int] | None) -> tuple[float, float, float] | None:
+    """(busy, steal, total) seconds summed over ``cpus`` (all CPUs when None), from psutil's per-CPU times
+    (Linux ``/proc/stat``, macOS ``host_processor_info``, Windows ``NtQuerySystemInformation``)."""
     try:
-        lines = Path("/proc/stat").read_text().splitlines()
-    except OSError:
+        per_cpu = ps.cpu_times(percpu=True)
+    except (OSError, ps.Error):
         return None
     busy = steal = total = 0.0
-    found = False
-    for line in lines:
-        if not line.startswith("cpu") or line.startswith("cpu "):
-            continue
-        name, *fields = line.split()
-        try:
-            idx = int(name[3:])
-        except ValueError:
-            continue
+    for idx, t in enumerate(per_cpu):
         if cpus is not None and idx not in cpus:
             continue
-        v = [int(x) for x in fields[:8]] + [0] * max(0, 8 - len(fields))
-        user, nice, system, idle, iowait, irq, softirq, st = v[:8]
-        busy += user + nice + system + irq + softirq + st
-        steal += st
-        total += user + nice + system + idle + iowait + irq + softirq + st
-        found = True
-    if not found:
+        times = t._asdict()
+        # guest time is already inside user/nice on Linux (psutil's own cpu_percent drops it the same way)
+        all_s = sum(v for k, v in times.items() if k not in ("guest", "guest_nice"))
+        idle_s = times.get("idle", 0.0) + times.get("iowait", 0.0)
+        busy += all_s - idle_s
+        steal += times.get("steal", 0.0)
+        total += all_s
+    if total <= 0:
         return None
-    return busy / _CLK_TCK, steal / _CLK_TCK, total / _CLK_TCK
+    return busy, steal, total
 
 
-def _children_cpu_s() -> float:
-    """CPU seconds of this process's live descendants (DataLoader workers and their children)."""
-    total = 0.0
-    seen: set[int] = set()
-    todo = _child_pids(os.getpid())
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
+def own_cpu_s(ps: ModuleType | None = None) -> tuple[float, float] | None:
+    """(this process, its descendants) CPU seconds, user + system, since they started.
+
+    Descendants are all of this process's child processes and theirs, the exited ones included: a live
+    one counts its own time and that of the children it has reaped; an exited one reaped by this process
+    is in ``getrusage(RUSAGE_CHILDREN)`` (POSIX), one reaped by a descendant in that descendant's
+    children times. So a DataLoader worker, a compile worker or a ``g++`` started by Inductor that ran and
+    exited between two snapshots is this run's CPU, not another process's. (Windows keeps no CPU time of
+    exited children: there only the live ones count.) None without psutil.
+    """
+    ps = ps if ps is not None else psutil_module()
+    if ps is None:
+        return None
+    try:
+        me = ps.Process()
+        mine = me.cpu_times()
+        self_s = float(mine.user + mine.system)
+        kids: list[Any] = me.children(recursive=True)
+    except (OSError, ps.Error):
+        return None
+    reaped = 0.0
+    if resource is not None:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        reaped = ru.ru_utime + ru.ru_stime
+    else:  # pragma: no cover - Windows: psutil reports 0 for these
+        reaped = float(getattr(mine, "children_user", 0.0) + getattr(mine, "children_system", 0.0))
+    live = 0.0
+    for kid in kids:
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            fields = stat.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
-        except (OSError, IndexError, ValueError):
-            continue
-        todo.extend(_child_pids(pid))
-    return total
+            t = kid.cpu_times()
+        except (OSError, ps.Error):
+            continue  # exited since listed: reaped (then counted above next time) or a zombie
+        live += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return self_s, reaped + live
 
 
-def _child_pids(pid: int) -> list[int]:
-    out: list[int] = []
+def _switches(ps: ModuleType) -> tuple[int, int]:
+    """(involuntary, voluntary) context switches of this process."""
+    if resource is not None:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return int(ru.ru_nivcsw), int(ru.ru_nvcsw)
+    try:  # pragma: no cover - Windows
+        c = ps.Process().num_ctx_switches()
+        return int(c.involuntary), int(c.voluntary)
+    except (OSError, ps.Error):  # pragma: no cover
+        return 0, 0
+
+
+def _loadavg(ps: ModuleType) -> float | None:
     try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                out.extend(int(x) for x in (task / "children").read_text().split())
-            except (OSError, ValueError):
-                continue
-    except OSError:
-        pass
-    return out
-
-
-def _loadavg() -> float | None:
-    try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        return float(ps.getloadavg()[0])
+    except (AttributeError, OSError, ps.Error):
         return None
 
 
@@ -174,26 +191,28 @@ def _default_threads() -> int:
 
 def take_snapshot(threads: int | None = None) -> CpuSnapshot:
     """Read the CPU accounting now. ``threads``: the intra-op threads the run wants busy (default: torch's
-    ``get_num_threads()`` when torch is imported, else 1)."""
+    ``get_num_threads()`` when torch is imported, else 1). Without psutil the snapshot says so
+    (``available=False``) and :func:`assess` judges nothing."""
     wall = time.perf_counter()
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    try:
-        affinity: set[int] | None = set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = None
-    stat = _proc_stat_cpus(affinity)
+    n_threads = max(1, int(threads if threads is not None else _default_threads()))
+    ps = psutil_module()
+    own = own_cpu_s(ps) if ps is not None else None
+    if ps is None or own is None:
+        return CpuSnapshot(wall, 0.0, 0.0, 0, 0, n_threads, usable_cpus(), None, None, None, None, False)
+    stat = _cpu_times(ps, affinity_cpus())
+    invol, vol = _switches(ps)
     return CpuSnapshot(
         wall_s=wall,
-        cpu_s=ru.ru_utime + ru.ru_stime,
-        children_cpu_s=_children_cpu_s(),
-        involuntary_switches=int(ru.ru_nivcsw),
-        voluntary_switches=int(ru.ru_nvcsw),
-        threads=max(1, int(threads if threads is not None else _default_threads())),
+        cpu_s=own[0],
+        children_cpu_s=own[1],
+        involuntary_switches=invol,
+        voluntary_switches=vol,
+        threads=n_threads,
         usable_cpus=usable_cpus(),
         cpus_busy_s=None if stat is None else stat[0],
         cpus_steal_s=None if stat is None else stat[1],
         cpus_total_s=None if stat is None else stat[2],
-        loadavg_1m=_loadavg(),
+        loadavg_1m=_loadavg(ps),
     )
 
 
@@ -202,7 +221,7 @@ def assess(start: CpuSnapshot, end: CpuSnapshot, wanted_cores: float | None = No
 
     ``wanted_cores`` defaults to ``min(threads, usable_cpus)`` (a CPU run's intra-op threads); for the host
     side of a GPU run pass what the host needs (1 for the main thread, plus the DataLoader workers).
-    With ``/proc/stat`` readable: busy when the usable CPUs minus what other processes used on them
+    With per-CPU times readable: busy when the usable CPUs minus what other processes used on them
     leave the run short of ``wanted_cores`` by at least :data:`MATERIAL_SHORTFALL`. Without it: busy when
     the process ran on fewer cores than wanted by that fraction while its threads were preempted more
     than :data:`INVOLUNTARY_SWITCHES_PER_S` times a second each.
@@ -211,9 +230,13 @@ def assess(start: CpuSnapshot, end: CpuSnapshot, wanted_cores: float | None = No
     usable = float(end.usable_cpus)
     wanted = float(wanted_cores) if wanted_cores is not None else float(min(end.threads, end.usable_cpus))
     wanted = max(min(wanted, usable), 1e-9)
+    if not (start.available and end.available):
+        return Contention(False, wall, 0.0, None, wanted, None, 0.0, None, None, PSUTIL_OFF_NOTE, False)
     if wall < MIN_WALL_S:
         return Contention(False, wall, 0.0, None, wanted, None, 0.0, None, end.loadavg_1m,
-                          f"window too short to judge ({wall * 1000:.0f} ms)")  # fmt: skip
+                          f"window too short to judge ({wall * 1000:.0f} ms)", False)  # fmt: skip
+    # descendants' time includes the exited ones (own_cpu_s), so it only grows; the clamp guards against
+    # a descendant orphaned to init between the snapshots (its time leaves our account)
     own = (end.cpu_s - start.cpu_s) + max(0.0, end.children_cpu_s - start.children_cpu_s)
     own_cores = own / wall
     invol = (end.involuntary_switches - start.involuntary_switches) / wall
@@ -225,7 +248,7 @@ def assess(start: CpuSnapshot, end: CpuSnapshot, wanted_cores: float | None = No
         total_s = float(end.cpus_total_s) - float(start.cpus_total_s)  # type: ignore[arg-type]
         steal_s = float(end.cpus_steal_s or 0.0) - float(start.cpus_steal_s or 0.0)
         if total_s > 0:
-            # /proc/stat counts whole affinity CPUs; scale to the quota when a cgroup limits us further
+            # per-CPU times count whole affinity CPUs; scale to the quota when a cgroup limits us further
             n_stat = max(1.0, round(total_s / wall))
             others = max(0.0, busy_s / wall - own_cores) * min(1.0, usable / n_stat)
             free = max(0.0, usable - others)
@@ -275,4 +298,5 @@ def assess(start: CpuSnapshot, end: CpuSnapshot, wanted_cores: float | None = No
         steal_share=None if steal is None else round(steal, 4),
         loadavg_1m=end.loadavg_1m,
         note="; ".join(parts),
+        self_cores=round((end.cpu_s - start.cpu_s) / wall, 3),
     )

@@ -1,10 +1,50 @@
-"""How many CPUs this process may really use: affinity and cgroup quota, not ``os.cpu_count()``."""
+"""How many CPUs this process may really use (affinity and cgroup quota, not ``os.cpu_count()``), and the
+one door to ``psutil``, through which CPU and memory are accounted on Linux, macOS and Windows.
+
+``psutil`` is a dependency; should it not import (a broken install, a stripped environment) the checks that
+need it - the busy-machine check, the CPU of worker processes, memory creep - are off and say so in one
+note (:data:`PSUTIL_OFF_NOTE`), and nothing else changes.
+"""
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+#: The one note a report carries when psutil cannot be imported.
+PSUTIL_OFF_NOTE = (
+    "CPU and memory accounting is off: psutil could not be imported, so the busy-machine check, the CPU "
+    "time of worker processes and the memory-creep check were not run (pip install psutil)."
+)
+
+
+def psutil_module() -> ModuleType | None:
+    """``psutil`` when importable, else None (looked up on every call: cheap once imported, and a test can
+    block the import through ``sys.modules``)."""
+    try:
+        return importlib.import_module("psutil")
+    except ImportError:
+        return None
+
+
+def affinity_cpus() -> set[int] | None:
+    """The CPU indices this process may run on (None where the platform does not say: macOS)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    ps = psutil_module()
+    if ps is not None:
+        try:
+            cpus: Any = ps.Process().cpu_affinity()  # Windows, FreeBSD
+            return {int(c) for c in cpus} or None
+        except (AttributeError, OSError, ps.Error):
+            return None
+    return None
 
 
 def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -24,10 +64,8 @@ def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
 
 
 def usable_cpus() -> int:
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
+    affinity = affinity_cpus()
+    n = len(affinity) if affinity else (os.cpu_count() or 1)
     quota = cgroup_cpu_quota()
     if quota is not None:
         n = min(n, max(1, math.floor(quota)))

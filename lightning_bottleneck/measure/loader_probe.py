@@ -27,7 +27,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import time
 import warnings
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler
 
+from lightning_bottleneck.measure.cpus import psutil_module
 from lightning_bottleneck.measure.cpus import usable_cpus as _usable_cpus
 from lightning_bottleneck.measure.loader_ladder import (
     BOUND_CPU,
@@ -72,8 +72,6 @@ RUNG_BUDGET_SHARE = 0.35
 DEFAULT_MEMORY_BUDGET_BYTES = 512 * 2**20
 # Prefetch factors tried for the best worker count besides torch's default of 2.
 PREFETCH_FACTORS = (4,)
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class _CyclingSampler(Sampler[int]):
@@ -408,13 +406,15 @@ def _cpu(worker_pids: list[int]) -> tuple[float, float] | None:
         pass
     if not worker_pids:
         return time.thread_time(), 0.0
+    ps = psutil_module()  # macOS, Windows: the workers' CPU time through psutil, no run-queue wait
+    if ps is None:
+        return None
     try:
         for pid in worker_pids:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu += (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (fields 14, 15)
+            t = ps.Process(pid).cpu_times()
+            cpu += t.user + t.system
         return cpu, 0.0
-    except (OSError, IndexError, ValueError):
+    except (OSError, ps.Error):
         return None
 
 

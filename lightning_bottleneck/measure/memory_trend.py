@@ -2,7 +2,8 @@
 
 :class:`MemorySampler` keeps at most ``capacity`` samples (step, MB) for the whole fit: when the buffer is
 full it keeps every other sample and doubles its interval, so a run of any length is covered from its
-first step to its last in bounded memory. A sample is one read of ``/proc/self/statm`` (about 10 us) or,
+first step to its last in bounded memory. A sample is one RSS read through ``psutil`` (Linux, macOS,
+Windows; tens of microseconds) or,
 on CUDA, ``torch.cuda.memory_allocated`` (a counter read, no sync), every ``every`` steps; the per-step
 cost is one integer comparison in the callback. :class:`MemoryTrend` is the pure result the rule
 :mod:`lightning_bottleneck.rules.memory_creep` reads. Torch-free: the device reader is passed in.
@@ -18,29 +19,31 @@ Example::
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lightning_bottleneck.measure.cpus import psutil_module
+
 __all__ = ["DEFAULT_CAPACITY", "DEFAULT_EVERY", "MemorySampler", "MemoryTrend", "read_rss_mb"]
 
-#: Steps between samples at the start of a run: a statm read every 10 steps is ~1 us per step on
+#: Steps between samples at the start of a run: an RSS read every 10 steps is a few us per step on
 #: average, under the callback's always-on budget; the interval doubles as the buffer fills.
 DEFAULT_EVERY = 10
 #: Samples kept (two arrays of doubles: 4 KiB); enough points for a stable least-squares slope.
 DEFAULT_CAPACITY = 256
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
 
 def read_rss_mb() -> float | None:
-    """Resident set size of this process in MB from ``/proc/self/statm`` (None where unreadable)."""
+    """Resident set size of this process in MB (psutil: Linux, macOS, Windows); None without psutil or
+    where unreadable (the sampler then stops, and the report carries psutil's one note)."""
+    ps = psutil_module()
+    if ps is None:
+        return None
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE / 2**20
-    except (OSError, ValueError, IndexError):
+        return float(ps.Process().memory_info().rss) / 2**20
+    except (OSError, ps.Error):
         return None
 
 

@@ -33,6 +33,7 @@ from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Share
 from lightning_bottleneck.evidence import RunLength, TimingStats
 from lightning_bottleneck.measure.contention import Contention, CpuSnapshot, assess
+from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module
 from lightning_bottleneck.measure.loader_ladder import LoaderLadder
 from lightning_bottleneck.measure.trial_results import TrialReport
 from lightning_bottleneck.rules import thresholds
@@ -118,6 +119,7 @@ class Measured:
     loader_ladder: LoaderLadder | None = None
     trials: TrialReport | None = None
     contention: Contention | None = None
+    busy_ranks: dict[int, str] = field(default_factory=dict)  # other ranks' busy-machine notes (rank zero)
     window_check: WindowCheck | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -238,6 +240,8 @@ def measure(
         out.run_length = run_length(trainer)
     except Exception as err:
         out.notes.append(f"run length unknown: {type(err).__name__}: {err}")
+    if psutil_module() is None:  # the one note for every check that needs psutil
+        out.notes.append(PSUTIL_OFF_NOTE)
     if cpu_start is not None and cpu_end is not None:
         out.contention = assess(cpu_start, cpu_end)
     if summary is not None:

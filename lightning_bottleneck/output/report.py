@@ -114,6 +114,10 @@ class Recommendation:
     basis: str = ""  # how the saving was measured or estimated, in words
     saved_ms_per_step: float | None = None
     saved_s: float | None = None
+    # where the whole-run speed-up cannot be predicted within 20%: the range it will fall in and why
+    # (then shown instead of the point; ``expected_speedup`` stays the model's best guess)
+    expected_speedup_range: tuple[float, float] | None = None
+    uncertainty: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +133,10 @@ class Recommendation:
             "basis": self.basis,
             "saved_ms_per_step": _r(self.saved_ms_per_step, 4),
             "saved_s": _r(self.saved_s, 3),
+            "expected_speedup_range": None
+            if self.expected_speedup_range is None
+            else [round(float(x), 3) for x in self.expected_speedup_range],
+            "uncertainty": self.uncertainty,
         }
 
     @classmethod
@@ -146,6 +154,8 @@ class Recommendation:
             str(d.get("basis") or ""),
             _f(d.get("saved_ms_per_step")),
             _f(d.get("saved_s")),
+            _range(d.get("expected_speedup_range")),
+            str(d.get("uncertainty") or ""),
         )
 
     @property
@@ -156,6 +166,10 @@ class Recommendation:
             if self.expected_speedup is not None:
                 text += f", {self.expected_speedup:.2f}x on the whole step"
             return text
+        if self.expected_speedup_range is not None:
+            lo, hi = self.expected_speedup_range
+            why = f": {self.uncertainty}" if self.uncertainty else ""
+            return f"expected {lo:.2f}x to {hi:.2f}x (cannot be predicted within 20%{why})"
         if self.expected_speedup is not None:
             how = f" ({self.method}: {self.basis})" if self.method and self.basis else ""
             return f"expected {self.expected_speedup:.2f}x{how}"
@@ -168,6 +182,12 @@ def _r(x: float | None, digits: int) -> float | None:
 
 def _f(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _range(x: Any) -> tuple[float, float] | None:
+    if isinstance(x, (list, tuple)) and len(x) == 2:
+        return float(x[0]), float(x[1])
+    return None
 
 
 @dataclass

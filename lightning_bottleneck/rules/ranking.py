@@ -32,6 +32,7 @@ from lightning_bottleneck.advice.loader_plan import (
     epoch_start_stall,
     plan_from_timing,
     plan_loader,
+    step_cores_from_window,
 )
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence, RunConfig
@@ -344,8 +345,13 @@ def _measured_loader(
     rl = evidence.run_length
     spe = rl.steps_per_epoch if rl is not None else None
     timing = evidence.timing
-    if timing is not None and timing.step_ms and timing.samples_per_step:
-        plan = plan_from_timing(ladder, cfg, timing, spe)
+    steady = timing is not None and bool(timing.step_ms) and bool(timing.samples_per_step)
+    c = evidence.contention
+    # the step's own CPU use over the profiled window (not on a busy machine: others' load would hide in it)
+    self_cores = c.self_cores if c is not None and c.checked and not c.busy else None
+    k = step_cores_from_window(self_cores, timing.data_wait_share if steady else wait, ladder, cfg)  # type: ignore[union-attr]
+    if steady:
+        plan = plan_from_timing(ladder, cfg, timing, spe, step_cores=k)  # type: ignore[arg-type]
     else:
         bs = ladder.batch_size or cfg.batch_size or 1
         busy_s = account.step_ms * (1 - wait) / 1e3
@@ -357,6 +363,7 @@ def _measured_loader(
             step_s=account.step_ms / 1e3,
             steps_per_epoch=spe,
             epoch_start_stall_s=account.stall_ms / 1e3 if account.stall_ms else None,
+            step_cores=k,
         )
     ranking.loader_plan = plan
     ranking.notes += [f"Loader probe: {n}" for n in plan.notes]
@@ -510,6 +517,13 @@ def _model_candidates(
             measured_keys |= set(r.settings)
             out.append(_trial_candidate(r, compute, overhead, model_ms, account))
     amp_open = mixed_precision_open(evidence)
+    cfg = evidence.config
+    if compute >= T.COMPUTE_SHARE_MEDIUM and cfg is not None and cfg.accelerator == "cpu" \
+            and cfg.bf16_supported is False and str(cfg.precision) in ("32-true", "32"):  # fmt: skip
+        ranking.notes.append(
+            "Mixed precision (bf16) was neither tried nor advised: this CPU has no native bf16 instructions "
+            "(AVX512-BF16/AMX), where bf16 autocast runs slower than fp32 (0.03x measured on a wide MLP)."
+        )
     if compute >= T.COMPUTE_SHARE_MEDIUM:
         # mixed precision while it is open and untried; once it measured no faster (or is on), compile
         key = "precision" if amp_open and "precision" not in measured_keys else "compile"
@@ -627,9 +641,10 @@ def confidence(
     ratio = ranking.top_two_ratio()
     if ratio is not None and ratio < T.TOP_TWO_RATIO_MIN:
         reasons.append(f"the two best fixes are within {T.TOP_TWO_RATIO_MIN}x of each other ({ratio:.2f}x)")
-    if evidence.contention is not None and evidence.contention.busy:
+    busy = busy_machine_notes(evidence)
+    if busy:
         reasons.append("the machine was busy")
-        notes.append(f"Busy machine while profiling: {evidence.contention.note}")
+        notes += busy
     wc = evidence.window_check
     if wc is not None and not wc.representative:
         reasons.append(f"the window is not representative ({wc.likely_cause or 'unknown cause'})")
@@ -641,6 +656,16 @@ def confidence(
         if conf > cap:
             notes.append(f"Confidence capped at {cap:.0%}: {'; '.join(reasons)}.")
     return round(max(0.05, min(cap, conf)), 3), notes
+
+
+def busy_machine_notes(evidence: Evidence) -> list[str]:
+    """One note per rank whose busy-machine check said busy (this rank's first); empty on a quiet machine."""
+    notes = []
+    if evidence.contention is not None and evidence.contention.busy:
+        notes.append(f"Busy machine while profiling: {evidence.contention.note}")
+    for rank, note in sorted(evidence.busy_ranks.items()):
+        notes.append(f"Busy machine on rank {rank} while profiling: {note}")
+    return notes
 
 
 def ranked_verdict(

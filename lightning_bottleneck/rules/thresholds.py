@@ -117,3 +117,23 @@ ESTIMATED_CONFIDENCE_MAX = 0.95
 # a steady loop on this project's shared 2-core machine with another process busy (tests/test_verdicts.py).
 SPREAD_RATIO_OK = 1.5
 SPREAD_FACTOR_MIN = 0.5
+
+# --- plausible timing (trace/time_unit.py) -------------------------------------------------------------
+# Kineto writes microseconds. A trace whose clock is in another unit (milliseconds or nanoseconds written
+# as if microseconds) is judged from its own cheapest ops: metadata ops (aten::view, aten::empty,
+# aten::as_strided, aten::t, aten::detach, ...) only dispatch and record, so with the profiler on they
+# take about a microsecond. Their median on the project's real traces (/work/shared/traces: A100, V100,
+# MI250, CPU-only, ns-resolution; PyTorch 1.8 to 2.x) is 0.53-26 us, and over all aten ops 4.4-49 us.
+# Read as milliseconds those medians become 0.0005-0.05 us, read as nanoseconds 530-49,000 us: a median
+# below TIMING_OP_MEDIAN_MIN_US or above TIMING_OP_MEDIAN_MAX_US is not microseconds (each bound leaves a
+# 2x-5x margin on both sides).
+TIMING_OP_MEDIAN_MIN_US = 0.1
+TIMING_OP_MEDIAN_MAX_US = 250.0
+# The median is evidence only over this many ops (a trace with a handful of ops says nothing about its
+# clock: cpu_only_rank34 has 4); metadata ops first, else every aten op.
+TIMING_MIN_OPS = 20
+# Without enough ops, a training step outside this range is implausible but its unit cannot be inferred:
+# the smallest Lightning step with the profiler on (forward, backward, optimizer step of a one-layer model)
+# takes well over 100 us, and no profiled window holds a step of more than an hour.
+TIMING_STEP_MIN_US = 20.0
+TIMING_STEP_MAX_US = 3.6e9

@@ -83,6 +83,7 @@ class Trace:
     stream: np.ndarray
     device: np.ndarray
     notes: list[str] = field(default_factory=list)  # things the reader had to assume
+    timing_doubt: str | None = None  # implausible timing whose unit could not be inferred (time_unit.py)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])

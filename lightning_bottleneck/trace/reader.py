@@ -34,6 +34,7 @@ import numpy as np
 
 from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.model import CATEGORY_KINDS, EventKind, Trace
+from lightning_bottleneck.trace.time_unit import repair_time_unit
 
 __all__ = ["TRACE_SUFFIXES", "TraceError", "find_trace_files", "load_trace", "path_kind"]
 
@@ -204,7 +205,7 @@ def load_trace(path: str | Path) -> Trace:
         with path.open("rb") as raw:
             # utf-8-sig: a leading byte-order mark (Windows editors write one) is accepted and dropped.
             text = io.TextIOWrapper(_unwrap(raw), encoding="utf-8-sig")
-            return _TraceParser(path, text).parse()
+            trace = _TraceParser(path, text).parse()
     except TraceError:
         raise
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
@@ -217,6 +218,8 @@ def load_trace(path: str | Path) -> Trace:
         raise TraceError(path, "too large to read in the memory available") from None
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    repair_time_unit(trace)  # milliseconds or nanoseconds written as microseconds
+    return trace
 
 
 def _unwrap(raw: io.BufferedReader) -> io.BufferedReader:
