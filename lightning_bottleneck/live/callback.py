@@ -329,7 +329,7 @@ class BottleneckCallback(Callback):
         analysis = self._analysis
         if analysis is not None:
             with contextlib.suppress(Exception):
-                analysis.join(JOIN_TIMEOUT_S)
+                analysis.close()  # kills its child process if it still runs
         with contextlib.suppress(Exception):
             self._join_picture()
         self._window.release()
@@ -492,6 +492,7 @@ class BottleneckCallback(Callback):
             return
         try:
             self._summary, self._phases = analysis.result(JOIN_TIMEOUT_S)
+            self._notes += analysis.notes  # the child process failed: analysed in-process
         except Exception as err:
             self._notes.append(f"the window's trace could not be analysed: {type(err).__name__}: {err}")
 
