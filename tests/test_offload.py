@@ -114,7 +114,7 @@ def test_a_fit_uses_the_child_and_leaves_none_alive(tmp_path: Path, monkeypatch:
     cb = _fit(tmp_path)
     assert cb.report is not None and cb.report.primary is not None
     assert not any(FALLBACK_NOTE in n or "drawn in the training process" in n for n in cb.report.notes)
-    assert len(started.procs) >= 2  # the analysis and at least one picture
+    assert len(started.procs) == 1  # one warm child for the fit: the analysis and both pictures
     assert started.alive() == [] and offload.live_children() == []
     assert (tmp_path / "bottleneck_report.html").is_file()
 
@@ -210,3 +210,19 @@ def test_the_child_draws_the_page_the_training_process_would(trace_file: str, tm
     answer = offload.run_child(request)
     assert answer["png"] is None and answer["forbidden_modules"] == []
     assert Path(answer["html"]).read_text() == render_html(report, phases)
+
+
+def test_a_worker_past_its_time_is_killed_and_later_requests_fail_at_once(
+    trace_file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hanging_entry(tmp_path, monkeypatch)
+    monkeypatch.setattr(offload, "CHILD_TIMEOUT_S", 1.0)
+    started = _Recorded(monkeypatch)
+    worker = offload.ChildWorker.start()
+    analysis = WindowAnalysis.start(trace_file, 0, worker)
+    summary, _ = analysis.result(timeout=120)  # done in-process after the child was killed
+    assert summary.num_steps == 3 and "longer than 1 s" in analysis.notes[0]
+    assert started.alive() == []
+    with pytest.raises(offload.ChildFailed, match="longer than 1 s"):
+        worker.request({"job": "analyse", "path": trace_file, "rank": 0})
+    worker.close()

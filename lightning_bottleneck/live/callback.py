@@ -28,6 +28,7 @@ from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
+from lightning_bottleneck.live.offload import ChildWorker
 from lightning_bottleneck.live.options import (
     check_bool,
     check_int,
@@ -248,6 +249,7 @@ class BottleneckCallback(Callback):
         self._measured: Measured | None = None
         self._memory: MemorySampler | None = None
         self._picture: threading.Thread | None = None
+        self._worker: ChildWorker | None = None  # the torch-free child: trace analysis, picture
         self.midrun_report = None
 
     @property
@@ -332,6 +334,9 @@ class BottleneckCallback(Callback):
                 analysis.close()  # kills its child process if it still runs
         with contextlib.suppress(Exception):
             self._join_picture()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
         self._window.release()
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
@@ -366,6 +371,7 @@ class BottleneckCallback(Callback):
         self._gather.setup()  # collective (every rank runs on_train_start): the gather's gloo group
         assert self._trace_dir is not None
         cuda = trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available()
+        self._worker = ChildWorker.start()  # warm by the time the window closes (training thread: see doc)
         self._window.start(self._trace_dir, worker_name(self._rank), cuda)
         self._profiling = True
 
@@ -441,7 +447,7 @@ class BottleneckCallback(Callback):
             self._window_ring = (self._window_ring[0], self._timer.step_ms.n)
         if not self._window.trace_files:
             return
-        self._analysis = WindowAnalysis.start(self._window.trace_files[-1], self._rank)
+        self._analysis = WindowAnalysis.start(self._window.trace_files[-1], self._rank, self._worker)
         self._measure_at = self._timer.steps + MIDRUN_DELAY_STEPS
         # a single process looks at the thread at every batch end; DDP ranks all wait for the fixed step
         self._schedule(self._timer.steps + 1 if self._world_size == 1 else self._measure_at)
@@ -650,7 +656,7 @@ class BottleneckCallback(Callback):
         # the image again at the end of fit only when the verdict or the first advice changed (~0.2 s)
         changed = picture_changed(self.midrun_report, report)
         self._picture = publish_picture(
-            trainer, report, self._phases, written or self._report_file, image=changed
+            trainer, report, self._phases, written or self._report_file, image=changed, worker=self._worker
         )
 
     def _join_picture(self) -> None:

@@ -24,6 +24,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "IN_PROCESS_ENV",
     "ChildFailed",
     "ChildJob",
+    "ChildWorker",
     "kill_all",
     "live_children",
     "run_child",
@@ -110,19 +112,13 @@ class ChildJob:
         with _lock:  # a kill() from another thread sees the process, or stops it from starting
             if self.killed:
                 raise ChildFailed("the child process was stopped")
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", ENTRY_MODULE],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=_env(),
-                    close_fds=True,
-                )
-            except Exception as err:
-                raise ChildFailed(f"the child process could not start: {type(err).__name__}: {err}") from err
+        proc = _spawn(stderr=subprocess.PIPE)
+        with _lock:
             self._proc = proc
-            _children.add(proc)
+            killed = self.killed
+        if killed:
+            _kill(proc)
+            raise ChildFailed("the child process was stopped")
         try:
             return self._answer(proc, payload)
         finally:
@@ -153,6 +149,113 @@ class ChildJob:
             proc = self._proc
         if proc is not None:
             _kill(proc)
+
+
+class ChildWorker:
+    """One child for the whole fit, started with it (so it has imported the analysis by the time the
+    window closes) and answering the fit's requests one after the other (the window's analysis, the
+    mid-run and end-of-fit pictures). A request that fails in the child is a :class:`ChildFailed` for that
+    request only; a child that dies or runs past its time is killed and every later request fails at once
+    (the caller then works in-process). :meth:`close` kills it (teardown, every exception path).
+
+    Start it from the training thread: the Linux parent-death signal follows the thread that started it.
+    """
+
+    def __init__(self) -> None:
+        self.failed: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()  # one request at a time
+        self._stderr: Any = None
+
+    @classmethod
+    def start(cls) -> ChildWorker:
+        worker = cls()
+        if not enabled():
+            worker.failed = f"{IN_PROCESS_ENV} is set"
+            return worker
+        try:
+            # a file, not a pipe: a pipe nobody reads could fill and block the child; closed in close()
+            worker._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+            worker._proc = _spawn(stderr=worker._stderr.fileno())
+        except (ChildFailed, OSError) as err:
+            worker.failed = str(err)
+        return worker
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def request(self, request: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        """The child's answer to ``request`` (blocks the calling thread, not the GIL)."""
+        try:
+            payload = plain_pickle(request)
+        except Exception as err:
+            raise ChildFailed(f"the request could not be pickled: {type(err).__name__}: {err}") from err
+        with self._lock:
+            proc = self._proc
+            if self.failed is not None or proc is None or proc.stdin is None or proc.stdout is None:
+                raise ChildFailed(self.failed or "the child process is not running")
+            timeout = CHILD_TIMEOUT_S if timeout_s is None else timeout_s
+            timer = threading.Timer(timeout, self._expire, args=(timeout,))
+            timer.daemon = True
+            timer.start()
+            try:
+                proc.stdin.write(payload)
+                proc.stdin.flush()
+                answer = pickle.load(proc.stdout)
+            except Exception as err:
+                why = (
+                    self.failed or f"the child process died: {type(err).__name__}: {err}{self._last_words()}"
+                )
+                self.failed = why
+                _kill(proc)
+                raise ChildFailed(why) from err
+            finally:
+                timer.cancel()
+        if not isinstance(answer, dict) or not answer.get("ok"):
+            error = answer.get("error") if isinstance(answer, dict) else repr(answer)[:200]
+            raise ChildFailed(f"the child process failed: {error}")
+        return answer
+
+    def _last_words(self) -> str:
+        """The last line the child wrote to stderr (why it died), if any."""
+        try:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
+            return f" ({lines[-1][:200]})" if lines else ""
+        except Exception:
+            return ""
+
+    def _expire(self, timeout: float) -> None:
+        self.failed = self.failed or f"the child process took longer than {timeout:g} s"
+        if self._proc is not None:
+            _kill(self._proc)
+
+    def close(self) -> None:
+        """Kill the child (a request in flight fails with :class:`ChildFailed`); never raises."""
+        self.failed = self.failed or "the child process was stopped"
+        if self._proc is not None:
+            _kill(self._proc)
+        if self._stderr is not None:
+            with contextlib.suppress(Exception):
+                self._stderr.close()
+
+
+def _spawn(stderr: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", ENTRY_MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=_env(),
+            close_fds=True,
+        )
+    except Exception as err:
+        raise ChildFailed(f"the child process could not start: {type(err).__name__}: {err}") from err
+    with _lock:
+        _children.add(proc)
+    return proc
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -21,6 +21,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
+from lightning_bottleneck.live.offload import ChildFailed, ChildJob, ChildWorker
 from lightning_bottleneck.output.picture import IMAGE_TAG
 from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
@@ -58,14 +59,20 @@ def publish_scalars(trainer: Any, report: Report) -> None:
 
 
 def publish_picture(
-    trainer: Any, report: Report, phases: StepPhases | None, report_file: Path | None, image: bool = True
+    trainer: Any,
+    report: Report,
+    phases: StepPhases | None,
+    report_file: Path | None,
+    image: bool = True,
+    worker: ChildWorker | None = None,
 ) -> threading.Thread:
     """``bottleneck_report.html`` beside the JSON report and (``image``) the PNG in the TensorBoard logger's
     Images tab, drawn by a torch-free child process (:mod:`~lightning_bottleneck.output.child_process`:
     matplotlib takes ~0.2 s of GIL a picture, which would stall training steps) that a daemon thread
     waits for; the thread only hands the finished PNG to TensorBoard's writer (thread-safe). If the child
-    fails, the thread draws in-process, with a note. The caller joins the thread before the next picture
-    and at teardown. A failure is one warning (the verdict is already out)."""
+    fails, the thread draws in-process, with a note. ``worker``: the fit's warm child (without one, a
+    child of its own). The caller joins the thread before the next picture and at teardown. A failure is
+    one warning (the verdict is already out)."""
     writer = None
     if image:
         writer = next((lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
@@ -73,7 +80,7 @@ def publish_picture(
     step = trainer.global_step
     thread = threading.Thread(
         target=_draw_in_child,
-        args=(report, phases, out_dir, writer, step),
+        args=(report, phases, out_dir, writer, step, worker),
         name="lightning-bottleneck-picture",
         daemon=True,
     )
@@ -82,10 +89,13 @@ def publish_picture(
 
 
 def _draw_in_child(
-    report: Report, phases: StepPhases | None, out_dir: Path | None, writer: Any, step: int
+    report: Report,
+    phases: StepPhases | None,
+    out_dir: Path | None,
+    writer: Any,
+    step: int,
+    worker: ChildWorker | None,
 ) -> None:
-    from lightning_bottleneck.live.offload import ChildFailed, ChildJob
-
     request = {
         "job": "picture",
         "report": report,
@@ -94,7 +104,7 @@ def _draw_in_child(
         "image": writer is not None,
     }
     try:
-        answer = ChildJob(request).run()
+        answer = worker.request(request) if worker is not None else ChildJob(request).run()
         notes = list(answer["notes"])
         if writer is not None and answer["png"]:
             log_png(writer, IMAGE_TAG, answer["png"], step)

@@ -26,7 +26,7 @@ from typing import Any
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.live.offload import ChildFailed, ChildJob
+from lightning_bottleneck.live.offload import ChildFailed, ChildJob, ChildWorker
 from lightning_bottleneck.output.child_process import analyse_trace_file
 
 __all__ = ["WindowAnalysis", "analyse_trace_file"]
@@ -36,19 +36,22 @@ class WindowAnalysis:
     """One trace analysed in a child process watched by a daemon thread; :meth:`result` re-raises the
     error, if any; :meth:`close` kills the child (teardown, exception paths)."""
 
-    def __init__(self, path: str | Path, rank: int) -> None:
+    def __init__(self, path: str | Path, rank: int, worker: ChildWorker | None = None) -> None:
         self.path = str(path)
         self.rank = rank
         self.notes: list[str] = []  # why the child was not used, if it was not
-        self._job = ChildJob({"job": "analyse", "path": self.path, "rank": rank})
+        self._request = {"job": "analyse", "path": self.path, "rank": rank}
+        self._worker = worker
+        self._job = ChildJob(self._request) if worker is None else None
         self._closed = False
         self._result: tuple[TraceSummary, StepPhases | None] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="lightning-bottleneck-analysis", daemon=True)
 
     @classmethod
-    def start(cls, path: str | Path, rank: int) -> WindowAnalysis:
-        analysis = cls(path, rank)
+    def start(cls, path: str | Path, rank: int, worker: ChildWorker | None = None) -> WindowAnalysis:
+        """Analyse ``path`` in ``worker`` (the fit's warm child) or, without one, in a child of its own."""
+        analysis = cls(path, rank, worker)
         analysis._thread.start()
         return analysis
 
@@ -60,7 +63,7 @@ class WindowAnalysis:
 
     def _in_child(self) -> tuple[TraceSummary, StepPhases | None]:
         try:
-            answer = self._job.run()
+            answer = self._job.run() if self._job is not None else self._worker.request(self._request)  # type: ignore[union-attr]
             return answer["summary"], answer["phases"]
         except ChildFailed as err:
             if self._closed:
@@ -69,9 +72,13 @@ class WindowAnalysis:
         return analyse_trace_file(self.path, self.rank)
 
     def close(self) -> None:
-        """Kill the child if it still runs (no fallback after that) and wait briefly for the thread."""
+        """Kill the child if it still runs (no fallback after that) and wait briefly for the thread.
+        A shared worker is killed only while this analysis still waits for it."""
         self._closed = True
-        self._job.kill()
+        if self._job is not None:
+            self._job.kill()
+        elif self._worker is not None and not self.done:
+            self._worker.close()
         self.join(5.0)
 
     @property

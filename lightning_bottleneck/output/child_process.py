@@ -4,14 +4,15 @@ Reading and analysing the profiling window's trace (~0.1-1 s of numpy and JSON) 
 (matplotlib, ~0.2 s) hold the GIL; done in a thread of the training process they stall the training
 steps after the window. The live callback runs them here instead, in a child started as
 ``python -m lightning_bottleneck.output.child_process`` (a pure module: the child never imports torch or
-lightning, so it starts in ~0.2 s), at a lower scheduling priority, one job per child:
+lightning, so it starts in ~0.2 s), at a lower scheduling priority. It answers requests one after the
+other until its stdin closes (the callback starts one with the fit, so it is warm when the window closes):
 
 * ``{"job": "analyse", "path": ..., "rank": ...}`` -> ``{"summary": TraceSummary, "phases": StepPhases}``
 * ``{"job": "picture", "report": Report, "phases": StepPhases, "out_dir": ..., "image": bool}`` ->
   ``{"html": path or None, "png": bytes or None, "notes": [...]}`` (the HTML page written here; the PNG
   handed back for the TensorBoard writer, which lives in the training process)
 
-The request is pickled on stdin, the answer pickled on stdout (``{"ok": True, ...}`` or ``{"ok": False,
+Each request is pickled on stdin, each answer pickled on stdout (``{"ok": True, ...}`` or ``{"ok": False,
 "error": ...}``). The child refuses to import torch or lightning (an import hook raises ImportError, so a
 request that would drag them in fails and the parent falls back; the parent sends a torch object, such as
 ``torch.__version__`` in a report's environment, as its string);
@@ -136,14 +137,33 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
     sys.meta_path.insert(0, _NoFrameworks())
     if os.getppid() != parent:  # the parent died before the death signal was armed
         return 1
-    try:
-        answer = {"ok": True, **handle(pickle.load(stdin))}
-    except BaseException as err:
-        answer = {"ok": False, "error": f"{type(err).__name__}: {err}"}
-    answer["forbidden_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in _FORBIDDEN)
-    pickle.dump(answer, stdout, protocol=pickle.HIGHEST_PROTOCOL)
-    stdout.flush()
-    return 0 if answer["ok"] else 2
+    _warm_up()
+    while True:  # one answer per request, until the parent closes the pipe
+        failed: BaseException | None = None
+        try:
+            request = pickle.load(stdin)
+        except EOFError:
+            return 0
+        except BaseException as err:  # an unreadable request: answer it, the stream may be lost
+            request, failed = None, err
+        try:
+            if failed is not None:
+                raise failed
+            answer = {"ok": True, **handle(request)}
+        except BaseException as err:
+            answer = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        answer["forbidden_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in _FORBIDDEN)
+        pickle.dump(answer, stdout, protocol=pickle.HIGHEST_PROTOCOL)
+        stdout.flush()
+        if failed is not None:
+            return 2
+
+
+def _warm_up() -> None:
+    """Import the trace reader and the analysis before the first request (a child started with the fit
+    is ready when the window closes)."""
+    from lightning_bottleneck.analysis import step_phases, trace_file  # noqa: F401
+    from lightning_bottleneck.trace import reader  # noqa: F401
 
 
 if __name__ == "__main__":
