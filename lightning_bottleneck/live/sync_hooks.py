@@ -642,11 +642,16 @@ class SyncTracker:
             f = f.f_back
         if f is None:
             return
-        options = {k: v for k, v in zip(_LOG_PARAMS, args)}
-        options.update((k, kwargs[k]) for k in _LOG_PARAMS if k in kwargs)
-        site = _LogSite(f.f_code, f.f_lineno, options)
-        self._log_sites[name] = site
-        if options.get("prog_bar") or options.get("sync_dist"):
+        if args or kwargs:
+            options = {k: v for k, v in zip(_LOG_PARAMS, args)}
+            options.update((k, kwargs[k]) for k in _LOG_PARAMS if k in kwargs)
+        else:  # self.log(name, value): the common call, every step
+            options = {}
+        site = self._log_sites.get(name)
+        if site is None or site.code is not f.f_code or site.lineno != f.f_lineno or site.options != options:
+            site = _LogSite(f.f_code, f.f_lineno, options)  # else the same call as last step: kept
+            self._log_sites[name] = site
+        if options and (options.get("prog_bar") or options.get("sync_dist")):
             self._last_log_site = site
 
 
