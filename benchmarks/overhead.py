@@ -247,6 +247,38 @@ def sync_hooks_cost_ns(n: int = 20_000) -> float:
     return (min(on) - min(off)) / (n // 10) * 1e9
 
 
+def where_the_work_runs(steps: int, rounds: int) -> None:
+    """CPU seconds of the training process's threads other than the training thread (they hold the GIL
+    the training thread needs), and of child processes, over a callback fit: the work in the child
+    (default) against ``LIGHTNING_BOTTLENECK_IN_PROCESS=1`` (threads of the training process, as before
+    issue 18). Independent of how loaded the machine is: CPU time, not wall time."""
+    import resource
+
+    from lightning_bottleneck.live.offload import IN_PROCESS_ENV
+
+    print(f"where the heavy work runs: {steps}-step callback fit, median of {rounds} rounds")
+    print(f"{'mode':<12} {'other threads of the training process, CPU s':>45} {'child processes, CPU s':>24}")
+    rows: dict[str, list[tuple[float, float]]] = {"child": [], "in-process": []}
+    for _ in range(rounds):
+        for mode in rows:
+            if mode == "in-process":
+                os.environ[IN_PROCESS_ENV] = "1"
+            else:
+                os.environ.pop(IN_PROCESS_ENV, None)
+            kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc0, main0 = time.process_time(), time.thread_time()
+            run_fit(steps, "callback")
+            proc1, main1 = time.process_time(), time.thread_time()
+            kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+            rows[mode].append(((proc1 - proc0) - (main1 - main0), kids))
+    os.environ.pop(IN_PROCESS_ENV, None)
+    for mode, vals in rows.items():
+        others = statistics.median(v[0] for v in vals)
+        kids = statistics.median(v[1] for v in vals)
+        print(f"{mode:<12} {others:45.3f} {kids:24.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[400, 2000, 10000], help="fit lengths")
@@ -258,8 +290,19 @@ def main() -> None:
         help="skip callback-no-measure (measurement stage off) and callback-outside (always-on path only)",
     )
     parser.add_argument("--hooks-only", action="store_true", help="only the direct always-on measurement")
+    parser.add_argument(
+        "--where",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="only: CPU of other threads vs children, STEPS-step fit",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.where:
+        run_fit(20, "bare")
+        where_the_work_runs(args.where, args.rounds)
+        return
     if args.hooks_only:
         hook_ns, sync_ns = statistics.median(hook_cost_ns() for _ in range(3)), sync_hooks_cost_ns()
         print(f"hook methods {hook_ns / 1e3:.2f} us, sync hooks {sync_ns / 1e3:.2f} us per step")
