@@ -279,6 +279,28 @@ def where_the_work_runs(steps: int, rounds: int) -> None:
         print(f"{mode:<12} {others:45.3f} {kids:24.3f}")
 
 
+def print_markdown(
+    results: dict[int, dict[str, list[Fit]]],
+    lengths: list[int],
+    variants: list[str],
+    costs: dict[str, tuple[float, float]],
+) -> None:
+    """The README's "What it costs" table: each variant's fixed and per-step cost, its slowdown at each
+    fit length, and the worst step after the window against the median step (longest fit)."""
+    n_max = max(lengths)
+    head = " | ".join(f"{n} steps" for n in lengths)
+    print(f"\n| variant | fixed ms/fit | us/step | {head} | worst step after the window / median |")
+    print("|---" * (4 + len(lengths)) + "|")
+    for v in variants[1:]:
+        ratios = " | ".join(
+            f"{statistics.median(f.seconds for f in results[n][v]) / statistics.median(f.seconds for f in results[n]['bare']):.3f}x"
+            for n in lengths
+        )
+        worst = statistics.median(after_window(f)[1] / after_window(f)[0] for f in results[n_max][v])
+        fixed, per_step = costs[v]
+        print(f"| {v} | {fixed:.0f} | {per_step:.1f} | {ratios} | {worst:.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[400, 2000, 10000], help="fit lengths")
@@ -332,6 +354,7 @@ def main() -> None:
         "\ncost from a line through the median extra time at each length (extra = fixed + per_step * steps)"
     )
     print(f"{'variant':<18} {'fixed ms/fit':>12} {'per step us':>12}")
+    costs: dict[str, tuple[float, float]] = {}
     for v in variants[1:]:
         xs = [float(n) for n in args.lengths]
         ys = [
@@ -343,6 +366,7 @@ def main() -> None:
             for n in args.lengths
         ]
         fixed, slope = line_fit(xs, ys)
+        costs[v] = (fixed, slope * 1e3)
         print(f"{v:<18} {fixed:12.0f} {slope * 1e3:12.1f}")
 
     n = max(args.lengths)
@@ -355,6 +379,8 @@ def main() -> None:
         rows = [after_window(f) for f in results[n][v]]
         cm, cw, wm, ww = (statistics.median(r[k] for r in rows) for k in range(4))
         print(f"{v:<18} {cm:14.2f} {cw:9.2f} {cw / cm:9.2f} {wm:12.2f} {ww:9.2f} {ww / wm:9.2f}")
+
+    print_markdown(results, args.lengths, variants, costs)
 
     hook_ns = statistics.median(hook_cost_ns() for _ in range(3))
     sync_ns = sync_hooks_cost_ns()
