@@ -371,7 +371,6 @@ class BottleneckCallback(Callback):
         self._gather.setup()  # collective (every rank runs on_train_start): the gather's gloo group
         assert self._trace_dir is not None
         cuda = trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available()
-        self._worker = ChildWorker.start()  # warm by the time the window closes (training thread: see doc)
         self._window.start(self._trace_dir, worker_name(self._rank), cuda)
         self._profiling = True
 
@@ -447,6 +446,8 @@ class BottleneckCallback(Callback):
             self._window_ring = (self._window_ring[0], self._timer.step_ms.n)
         if not self._window.trace_files:
             return
+        # the child starts now, not earlier: its start-up would load the CPU the window's steps measure
+        self._worker = ChildWorker.start()  # (the training thread: the parent-death signal follows it)
         self._analysis = WindowAnalysis.start(self._window.trace_files[-1], self._rank, self._worker)
         self._measure_at = self._timer.steps + MIDRUN_DELAY_STEPS
         # a single process looks at the thread at every batch end; DDP ranks all wait for the fixed step
