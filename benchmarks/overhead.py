@@ -1,22 +1,31 @@
-"""What the callback costs a training run, side by side with the tools users would otherwise use.
+"""What the callback costs a training run as users run it, side by side with Lightning's own profilers.
 
-Runs the same CPU fit, interleaved over several rounds (so drift hits every variant alike):
+The fit is what a new user runs: a 3-layer MLP on CPU (4096x256 in-memory data, batch 64, one intra-op
+thread, ~4 ms steps) whose ``training_step`` logs its loss with ``self.log``, under the default Trainer
+(TensorBoard logger, checkpointing, model summary), progress bar off on every side. Variants, interleaved
+over rounds so that drift hits each alike:
 
-* ``bare``                 : no profiling at all
-* ``callback``             : BottleneckCallback() at its defaults (5/5/5 window, sync hooks, report, the
-                              measurement stage: loader probe when input matters, trials when compute does)
-* ``callback-no-measure``  : the callback with the measurement stage off (``probe_loader=False,
-                              trial_budget_s=0``): the window, its off-thread analysis and the report
-* ``callback-outside``     : the callback with its window pushed past the end of the run and the
-                              measurement stage off: the always-on cost (step timing, sync hooks, memory
-                              samples) alone
-* ``SimpleProfiler``       : Lightning's ``Trainer(profiler="simple")``
-* ``PyTorchProfiler``      : Lightning's ``Trainer(profiler="pytorch")``
+* ``bare``             : no profiling at all
+* ``callback``         : ``BottleneckCallback(verbose=False)`` at its defaults (5/5/5 window, sync hooks,
+                         the mid-run and end-of-fit verdict with the measurement stage, report, picture)
+* ``callback-no-measure``: the callback with the measurement stage off (``probe_loader=False,
+                         trial_budget_s=0``): what watching costs without the deliberate measuring
+* ``callback-outside`` : the callback with its window pushed past the end of the run and the measurement
+                         stage off: the always-on path (step timing, sync hooks, memory samples) alone
+* ``SimpleProfiler``   : ``Trainer(profiler="simple")``
+* ``PyTorchProfiler``  : ``Trainer(profiler="pytorch")``
 
-and prints the median wall time of ``trainer.fit`` and its ratio to ``bare``, for a short fit (~1-2 s, where
-the callback's fixed cost shows most) and a long one (where the window is a small part of the run).
+Every variant also carries a tiny timing callback (first in the list) that records each step's compute
+(``on_train_batch_start`` to ``on_train_batch_end``) and each whole step (batch end to batch end).
 
-    python benchmarks/overhead.py [--short-steps 400] [--long-steps 2000] [--rounds 5]
+It prints, per fit length, the median wall time of ``trainer.fit`` and its ratio to ``bare``; then per
+variant the fixed cost (ms per fit) and per-step cost (us per step) from a least-squares line through the
+median extra time at each length; the worst step after the window against the median step (compute, and
+whole step without the epoch boundaries: a deliberate pause such as the mid-run verdict shows there); and
+the always-on hooks measured directly (the callback's real hook methods called outside the window).
+
+    python benchmarks/overhead.py [--lengths 400 2000 10000] [--rounds 5] [--no-peers]
+    python benchmarks/overhead.py --lengths 200 800 --rounds 2      # a quick look
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +54,11 @@ from scenarios import Regressor, in_memory
 
 warnings.filterwarnings("ignore")
 logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+#: The callback's default window ends after this many training steps (skip_first 0 + 5 wait + 5 warmup
+#: + 5 active); "after the window" starts here.
+WINDOW_END = 15
+STEPS_PER_EPOCH = 4096 // 64
 
 
 @contextlib.contextmanager
@@ -63,108 +77,331 @@ def quiet() -> Any:
             os.close(saved[1])
 
 
-def make_fit(steps: int, variant: str) -> Callable[[], float]:
-    def run() -> float:
-        torch.manual_seed(0)
-        model = Regressor(dim=256, width=512, depth=3)
-        loader = DataLoader(in_memory(8192, 256), batch_size=128, shuffle=True)
-        kwargs: dict[str, Any] = {}
-        callbacks: list[Any] = []
-        if variant == "callback":
-            callbacks.append(BottleneckCallback(verbose=False))
-        elif variant == "callback-no-measure":
-            callbacks.append(BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0))
-        elif variant == "callback-outside":
-            callbacks.append(
-                BottleneckCallback(skip_first=10 * steps, verbose=False, probe_loader=False, trial_budget_s=0)
-            )
-        elif variant == "SimpleProfiler":
-            kwargs["profiler"] = "simple"
-        elif variant == "PyTorchProfiler":
-            kwargs["profiler"] = "pytorch"
-        with tempfile.TemporaryDirectory() as root:
-            trainer = pl.Trainer(
-                accelerator="cpu",
-                max_steps=steps,
-                logger=False,
-                default_root_dir=root,
-                callbacks=callbacks,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-                enable_checkpointing=False,
-                **kwargs,
-            )
-            with quiet():
-                t0 = time.perf_counter()
-                trainer.fit(model, loader)
-                elapsed = time.perf_counter() - t0
-            return elapsed
+class StepClock(pl.Callback):
+    """Per-step times: compute (batch start to batch end, this callback's hooks) and whole step."""
 
-    return run
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self.starts.append(time.perf_counter())
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.ends.append(time.perf_counter())
 
 
-def hook_cost_ns(n: int = 200_000) -> float:
-    """ns per training step of the always-on path outside the window (timing + sync-tracker step count +
-    the counter check for due work, with a memory sample every 10 steps)."""
+@dataclass
+class Fit:
+    seconds: float
+    compute_ms: list[float] = field(default_factory=list)  # per step
+    whole_ms: list[float] = field(default_factory=list)  # batch end to batch end (step i from i=1)
+
+
+def run_fit(steps: int, variant: str) -> Fit:
+    torch.manual_seed(0)
+    model = Regressor(dim=256, width=512, depth=3)
+    loader = DataLoader(in_memory(4096, 256), batch_size=64, shuffle=True)
+    clock = StepClock()
+    callbacks: list[Any] = [clock]
+    kwargs: dict[str, Any] = {}
+    if variant == "callback":
+        callbacks.append(BottleneckCallback(verbose=False))
+    elif variant == "callback-no-measure":
+        callbacks.append(BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0))
+    elif variant == "callback-outside":
+        callbacks.append(
+            BottleneckCallback(skip_first=10 * steps, verbose=False, probe_loader=False, trial_budget_s=0)
+        )
+    elif variant == "SimpleProfiler":
+        kwargs["profiler"] = "simple"
+    elif variant == "PyTorchProfiler":
+        kwargs["profiler"] = "pytorch"
+    elif variant != "bare":
+        raise ValueError(f"unknown variant {variant!r}")
+    with tempfile.TemporaryDirectory() as root:
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            max_steps=steps,
+            default_root_dir=root,  # default TensorBoard logger and checkpointing under it
+            callbacks=callbacks,
+            enable_progress_bar=False,
+        )
+        with quiet():
+            t0 = time.perf_counter()
+            trainer.fit(model, loader)
+            elapsed = time.perf_counter() - t0
+    compute = [(e - s) * 1e3 for s, e in zip(clock.starts, clock.ends, strict=False)]
+    whole = [(b - a) * 1e3 for a, b in zip(clock.ends, clock.ends[1:], strict=False)]
+    return Fit(elapsed, compute, whole)
+
+
+def after_window(fit: Fit) -> tuple[float, float, float, float]:
+    """(median compute ms, worst compute ms after the window, median whole ms, worst whole ms after the
+    window leaving out the first step of every epoch: the epoch's end, checkpoint and loader restart)."""
+    comp = fit.compute_ms
+    whole = {i + 1: ms for i, ms in enumerate(fit.whole_ms)}  # step index -> time since previous end
+    after_whole = [ms for i, ms in whole.items() if i >= WINDOW_END and i % STEPS_PER_EPOCH != 0]
+    after_comp = comp[WINDOW_END:] or comp
+    return (
+        statistics.median(comp),
+        max(after_comp),
+        statistics.median(fit.whole_ms),
+        max(after_whole) if after_whole else float("nan"),
+    )
+
+
+def run_rounds(lengths: list[int], rounds: int, variants: list[str]) -> dict[int, dict[str, list[Fit]]]:
+    out: dict[int, dict[str, list[Fit]]] = {n: {v: [] for v in variants} for n in lengths}
+    for r in range(rounds):
+        for n in lengths:
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            for v in order:
+                out[n][v].append(run_fit(n, v))
+                print(".", end="", flush=True, file=sys.stderr)
+    print(file=sys.stderr)
+    return out
+
+
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope)."""
+    if len(xs) < 2:
+        return ys[0], 0.0
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return my - slope * mx, slope
+
+
+def hook_cost_ns(n: int = 100_000) -> float:
+    """ns per training step of the always-on path outside the window: the callback's real hook methods
+    (batch start, before/after backward, before optimizer step, batch end: step timing, the sync tracker's
+    step count, the due-work check, a memory sample every few steps) called as a fit outside its window
+    calls them, with the sync hooks installed."""
     from lightning_bottleneck.live.sync_hooks import SyncTracker
-    from lightning_bottleneck.live.timing import StepTimer
     from lightning_bottleneck.measure.memory_trend import MemorySampler
 
-    timer, tracker, memory = StepTimer(), SyncTracker(), MemorySampler()
-    timer.epoch_start()
-    t0 = time.perf_counter_ns()
-    for _ in range(n):
-        timer.batch_start()
-        timer.batch_end()
-        tracker.step()
-        if timer.steps >= memory.next_step:
-            memory.sample(timer.steps)
-    return (time.perf_counter_ns() - t0) / n
+    cb = BottleneckCallback(verbose=False)
+    cb._reset()
+    cb._active_fit = True
+    run = cb._run
+    run.memory = MemorySampler()
+    run.next_work = run.memory.next_step
+    run.tracker = SyncTracker(device_type="cpu")
+    run.tracker.install()
+    loss = torch.zeros(())
+    try:
+        cb.on_train_epoch_start(None, None)  # type: ignore[arg-type]
+        t0 = time.perf_counter_ns()
+        for i in range(n):
+            cb.on_train_batch_start(None, None, None, i)  # type: ignore[arg-type]
+            cb.on_before_backward(None, None, loss)  # type: ignore[arg-type]
+            cb.on_after_backward(None, None)  # type: ignore[arg-type]
+            cb.on_before_optimizer_step(None, None, None)  # type: ignore[arg-type]
+            cb.on_train_batch_end(None, None, None, None, i)  # type: ignore[arg-type]
+        elapsed = time.perf_counter_ns() - t0
+    finally:
+        run.tracker.uninstall()
+    assert not cb._disabled, "a hook failed outside a Trainer: the measurement would be of nothing"
+    return elapsed / n
 
 
-def run_table(steps: int, rounds: int, variants: list[str]) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {v: [] for v in variants}
-    for r in range(rounds):
-        order = variants[r % len(variants) :] + variants[: r % len(variants)]
-        for v in order:
-            times[v].append(make_fit(steps, v)())
-    return times
+#: Sync-hooked calls Lightning itself makes per training step of this fit (counted with counting shims
+#: over the tracker's wrappers on a 200-step fit: Tensor.to 7.1, LightningModule.log 1.0, the rest < 0.3).
+LIGHTNING_TO_CALLS_PER_STEP = 7
 
 
-def print_table(label: str, steps: int, rounds: int, times: dict[str, list[float]]) -> float:
-    base = statistics.median(times["bare"])
-    print(f"{label} fit of {steps} steps (CPU, 1 thread), median of {rounds} interleaved rounds")
-    print(f"{'variant':<20} {'median s':>9} {'min s':>8} {'vs bare':>8}")
-    for v, ts in times.items():
-        med = statistics.median(ts)
-        print(f"{v:<20} {med:9.3f} {min(ts):8.3f} {med / base:8.3f}x")
-    return base
+def sync_hooks_cost_ns(n: int = 20_000) -> float:
+    """ns per training step that the installed sync hooks add to the calls Lightning makes every step:
+    ``LIGHTNING_TO_CALLS_PER_STEP`` x ``Tensor.to(device)`` from library code (Lightning moving the batch
+    and the logged values) and one ``self.log`` from the user's ``training_step``; tracker on minus off,
+    interleaved, minimum of rounds."""
+    import timeit
+
+    import lightning
+
+    from lightning_bottleneck.live.sync_hooks import SyncTracker
+
+    scope: dict[str, Any] = {}
+    exec(compile("def lib_to(t, d):\n    return t.to(d)\n", lightning.__file__, "exec"), scope)
+    lib_to = scope["lib_to"]  # a function whose code lives in lightning's tree: classified as library
+    t, dev = torch.ones(4), torch.device("cpu")
+
+    def no_log(module: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def step(log: Any) -> None:
+        for _ in range(LIGHTNING_TO_CALLS_PER_STEP):
+            lib_to(t, dev)
+        log(None, "train_loss", t)  # called from here: a user frame, as training_step's self.log
+
+    tracker = SyncTracker(device_type="cpu")
+    off, on = [], []
+    for _ in range(5):
+        off.append(min(timeit.repeat(lambda: step(no_log), number=n // 10, repeat=3)))
+        tracker.install()
+        hooked_log = tracker._log_wrapper(no_log)
+        try:
+            on.append(min(timeit.repeat(lambda h=hooked_log: step(h), number=n // 10, repeat=3)))
+        finally:
+            tracker.uninstall()
+    return (min(on) - min(off)) / (n // 10) * 1e9
+
+
+def where_the_work_runs(steps: int, rounds: int) -> None:
+    """CPU seconds of the training process's threads other than the training thread (they hold the GIL
+    the training thread needs), and of child processes, over a callback fit: the work in the child
+    (default) against ``LIGHTNING_BOTTLENECK_IN_PROCESS=1`` (threads of the training process, as before
+    issue 18); CPU time, so independent of how loaded the machine is. Also the compute time of the 65
+    steps after the window (where the analysis and pictures run) against the fit's median step."""
+    import resource
+
+    from lightning_bottleneck.live.offload import IN_PROCESS_ENV
+
+    print(f"where the heavy work runs: {steps}-step callback fit, median of {rounds} rounds")
+    rows: dict[str, list[tuple[float, float, float, float, int]]] = {"child": [], "in-process": []}
+    for _ in range(rounds):
+        for mode in rows:
+            if mode == "in-process":
+                os.environ[IN_PROCESS_ENV] = "1"
+            else:
+                os.environ.pop(IN_PROCESS_ENV, None)
+            kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc0, main0 = time.process_time(), time.thread_time()
+            fit = run_fit(steps, "callback")
+            proc1, main1 = time.process_time(), time.thread_time()
+            kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+            med = statistics.median(fit.compute_ms)
+            after = fit.compute_ms[WINDOW_END : WINDOW_END + 65]  # while the analysis and pictures run
+            slow = sum(1 for ms in after if ms > 2 * med)
+            rows[mode].append(((proc1 - proc0) - (main1 - main0), kids, med, max(after), slow))
+    os.environ.pop(IN_PROCESS_ENV, None)
+    print(
+        f"{'mode':<11} {'CPU s: other threads':>20} {'children':>9} {'median step ms':>15}"
+        f" {'worst of the 65 steps after the window':>39} {'steps > 2x median, each round':>30}"
+    )
+    for mode, vals in rows.items():
+        others, kids, med, worst = (statistics.median(v[k] for v in vals) for k in range(4))
+        slow_counts = [v[4] for v in vals]
+        print(f"{mode:<11} {others:20.3f} {kids:9.3f} {med:15.2f} {worst:39.2f} {slow_counts!s:>30}")
+
+
+def print_markdown(
+    results: dict[int, dict[str, list[Fit]]],
+    lengths: list[int],
+    variants: list[str],
+    costs: dict[str, tuple[float, float]],
+) -> None:
+    """The README's "What it costs" table: each variant's fixed and per-step cost, its slowdown at each
+    fit length, and the worst step after the window against the median step (longest fit)."""
+    n_max = max(lengths)
+    head = " | ".join(f"{n} steps" for n in lengths)
+    print(f"\n| variant | fixed ms/fit | us/step | {head} | worst step after the window / median |")
+    print("|---" * (4 + len(lengths)) + "|")
+    for v in variants[1:]:
+        ratios = " | ".join(
+            f"{statistics.median(f.seconds for f in results[n][v]) / statistics.median(f.seconds for f in results[n]['bare']):.3f}x"
+            for n in lengths
+        )
+        worst = statistics.median(after_window(f)[1] / after_window(f)[0] for f in results[n_max][v])
+        fixed, per_step = costs[v]
+        print(f"| {v} | {fixed:.0f} | {per_step:.1f} | {ratios} | {worst:.2f}x |")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--short-steps", type=int, default=400)
-    parser.add_argument("--long-steps", type=int, default=2000, help="0 skips the long fit")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[400, 2000, 10000], help="fit lengths")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="skip SimpleProfiler and PyTorchProfiler")
+    parser.add_argument(
+        "--no-split",
+        action="store_true",
+        help="skip callback-no-measure (measurement stage off) and callback-outside (always-on path only)",
+    )
+    parser.add_argument("--hooks-only", action="store_true", help="only the direct always-on measurement")
+    parser.add_argument(
+        "--where",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="only: CPU of other threads vs children, STEPS-step fit",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    variants = ["bare", "callback", "callback-no-measure", "callback-outside"]
+    if args.where:
+        run_fit(20, "bare")
+        where_the_work_runs(args.where, args.rounds)
+        return
+    if args.hooks_only:
+        hook_ns, sync_ns = statistics.median(hook_cost_ns() for _ in range(3)), sync_hooks_cost_ns()
+        print(f"hook methods {hook_ns / 1e3:.2f} us, sync hooks {sync_ns / 1e3:.2f} us per step")
+        return
+    variants = ["bare", "callback"]
+    if not args.no_split:
+        variants += ["callback-no-measure", "callback-outside"]
     if not args.no_peers:
         variants += ["SimpleProfiler", "PyTorchProfiler"]
-    make_fit(20, "bare")()  # warm caches/imports once
-    base = print_table(
-        "short", args.short_steps, args.rounds, run_table(args.short_steps, args.rounds, variants)
-    )
-    per_step_ms = base / args.short_steps * 1e3
-    if args.long_steps:
-        print()
-        print_table("long", args.long_steps, args.rounds, run_table(args.long_steps, args.rounds, variants))
-    hook_ns = hook_cost_ns()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"CPU cores: {os.cpu_count()}, load average at start: {load:.2f}, torch threads: 1")
+    run_fit(20, "bare")  # warm caches and imports once
+    results = run_rounds(args.lengths, args.rounds, variants)
+
+    for n in args.lengths:
+        base = statistics.median(f.seconds for f in results[n]["bare"])
+        print(
+            f"\nfit of {n} steps: median of {args.rounds} interleaved rounds (bare step {base / n * 1e3:.2f} ms)"
+        )
+        print(f"{'variant':<18} {'median s':>9} {'min s':>8} {'vs bare':>8} {'extra ms':>9}")
+        for v in variants:
+            ts = [f.seconds for f in results[n][v]]
+            med = statistics.median(ts)
+            print(f"{v:<18} {med:9.3f} {min(ts):8.3f} {med / base:8.3f}x {(med - base) * 1e3:9.0f}")
+
     print(
-        f"always-on hooks outside the window: {hook_ns / 1e3:.2f} us per step = "
-        f"{hook_ns / 1e6 / per_step_ms * 100:.3f}% of the short run's {per_step_ms:.2f} ms bare step"
+        "\ncost from a line through the median extra time at each length (extra = fixed + per_step * steps)"
     )
+    print(f"{'variant':<18} {'fixed ms/fit':>12} {'per step us':>12}")
+    costs: dict[str, tuple[float, float]] = {}
+    for v in variants[1:]:
+        xs = [float(n) for n in args.lengths]
+        ys = [
+            (
+                statistics.median(f.seconds for f in results[n][v])
+                - statistics.median(f.seconds for f in results[n]["bare"])
+            )
+            * 1e3
+            for n in args.lengths
+        ]
+        fixed, slope = line_fit(xs, ys)
+        costs[v] = (fixed, slope * 1e3)
+        print(f"{v:<18} {fixed:12.0f} {slope * 1e3:12.1f}")
+
+    n = max(args.lengths)
+    print(f"\nsteps after the window (step {WINDOW_END} on) of the {n}-step fit, median over rounds")
+    print(
+        f"{'variant':<18} {'compute med ms':>14} {'worst ms':>9} {'worst/med':>9}"
+        f" {'whole med ms':>12} {'worst ms':>9} {'worst/med':>9}"
+    )
+    for v in variants:
+        rows = [after_window(f) for f in results[n][v]]
+        cm, cw, wm, ww = (statistics.median(r[k] for r in rows) for k in range(4))
+        print(f"{v:<18} {cm:14.2f} {cw:9.2f} {cw / cm:9.2f} {wm:12.2f} {ww:9.2f} {ww / wm:9.2f}")
+
+    print_markdown(results, args.lengths, variants, costs)
+
+    hook_ns = statistics.median(hook_cost_ns() for _ in range(3))
+    sync_ns = sync_hooks_cost_ns()
+    bare_step_ms = statistics.median(f.seconds for f in results[n]["bare"]) / n * 1e3
+    print("\nalways-on path per training step, measured directly (outside the window):")
+    for label, ns in (
+        ("the callback's hook methods", hook_ns),
+        (f"sync hooks on Lightning's own calls ({LIGHTNING_TO_CALLS_PER_STEP} .to + 1 self.log)", sync_ns),
+        ("total", hook_ns + sync_ns),
+    ):
+        print(
+            f"  {label:<58} {ns / 1e3:6.2f} us = {ns / 1e6 / bare_step_ms * 100:.3f}% of a {bare_step_ms:.2f} ms step"
+        )
 
 
 if __name__ == "__main__":

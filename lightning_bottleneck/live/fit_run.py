@@ -21,6 +21,7 @@ from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
+from lightning_bottleneck.live.offload import ChildWorker
 from lightning_bottleneck.live.profiler_window import ProfilerWindow, WindowOptions, worker_name
 from lightning_bottleneck.live.publishing import exit_note, publish
 from lightning_bottleneck.live.timing import StepTimer
@@ -107,6 +108,7 @@ class FitRun:
         self.measured: Measured | None = None
         self.memory: MemorySampler | None = None
         self.picture: threading.Thread | None = None
+        self.worker: ChildWorker | None = None  # the torch-free child: trace analysis, picture
         self.midrun_report: Report | None = None
         self.report: Report | None = None
 
@@ -158,9 +160,12 @@ class FitRun:
         analysis = self.analysis
         if analysis is not None:
             with contextlib.suppress(Exception):
-                analysis.join(JOIN_TIMEOUT_S)
+                analysis.close()  # kills its child process if it still runs
         with contextlib.suppress(Exception):
             self.join_picture()
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.close()
         self.window.release()
         tracker, self.tracker = self.tracker, None
         if tracker is not None:
@@ -214,7 +219,9 @@ class FitRun:
             self.window_ring = (self.window_ring[0], self.timer.step_ms.n)
         if not self.window.trace_files:
             return
-        self.analysis = WindowAnalysis.start(self.window.trace_files[-1], self.rank)
+        # the child starts now, not earlier: its start-up would load the CPU the window's steps measure
+        self.worker = ChildWorker.start()  # (the training thread: the parent-death signal follows it)
+        self.analysis = WindowAnalysis.start(self.window.trace_files[-1], self.rank, self.worker)
         self.measure_at = self.timer.steps + MIDRUN_DELAY_STEPS
         # a single process looks at the thread at every batch end; DDP ranks all wait for the fixed step
         self.schedule(self.timer.steps + 1 if self.world_size == 1 else self.measure_at)
@@ -263,6 +270,7 @@ class FitRun:
             return
         try:
             self.summary, self.phases = analysis.result(JOIN_TIMEOUT_S)
+            self.notes += analysis.notes  # the child process failed: analysed in-process
         except Exception as err:
             self.notes.append(f"the window's trace could not be analysed: {type(err).__name__}: {err}")
 
@@ -394,7 +402,7 @@ class FitRun:
         # the image again at the end of fit only when the verdict or the first advice changed (~0.2 s)
         changed = picture_changed(self.midrun_report, report)
         self.picture = publish_picture(
-            trainer, report, self.phases, written or self.report_file, image=changed
+            trainer, report, self.phases, written or self.report_file, image=changed, worker=self.worker
         )
 
     def join_picture(self) -> None:

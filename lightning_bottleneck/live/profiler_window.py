@@ -208,21 +208,22 @@ class ProfilerWindow:
                     raw.with_name(raw.name + ".tmp").unlink(missing_ok=True)
 
 
-def profiler_in_use() -> bool:
+def profiler_in_use(scan: bool = True) -> bool:
     """True while another ``torch.profiler`` session runs in this process: only one can.
 
     Recording sessions (the user's ``with torch.profiler.profile(): trainer.fit(...)``) show in the
     autograd profiler's state. A scheduled session still in its ``wait`` steps shows nowhere yet, but would
     crash the process when it starts recording next to this window's (torch 2.13 segfaults): it is found
     among the live ``torch.profiler.profile`` objects as one that was started (its ``ProfilerStep#`` label
-    is open) and not stopped. Costs one pass of the garbage collector's object list, at setup only.
+    is open) and not stopped. Costs one pass of the garbage collector's object list (~50 ms with torch and
+    lightning loaded), so it is done at setup only (``scan``); train start checks the recording flags.
     """
     if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
         return True
     enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
     if enabled is not None and enabled():
         return True
-    return any(getattr(p, "step_rec_fn", None) is not None for p in _profile_objects())
+    return scan and any(getattr(p, "step_rec_fn", None) is not None for p in _profile_objects())
 
 
 def _profile_objects() -> list[torch.profiler.profile]:
@@ -267,7 +268,7 @@ def stands_down(callback: Any, trainer: Any, duplicates: bool = True) -> bool:
             )
             first._note("A second BottleneckCallback in the Trainer stood down; this one ran the analysis.")
             return True
-    busy = profiler_in_use()
+    busy = profiler_in_use(scan=duplicates)  # the object scan at setup; train start: the cheap flags
     strategy = getattr(trainer, "strategy", None)
     if strategy is not None and getattr(trainer, "world_size", 1) > 1:
         # Every rank must take the same road: the callback's set-up has collectives (log_dir, the gather's

@@ -375,7 +375,11 @@ class SyncTracker:
         tracker, depth, perf, getframe = self, self._depth, time.perf_counter_ns, sys._getframe
         via = tensor_via("to")
         fast_get = self._acc.get
+        kind_get = self._kinds.get
         dtype_cls, device_cls, tensor_cls = torch.dtype, torch.device, torch.Tensor
+        # id -> (device, is cpu): ``torch.device.type`` costs about a microsecond, and Lightning passes the
+        # same device object every step (the object is kept, so its id cannot be reused)
+        cpu_devices: dict[int, tuple[Any, bool]] = {}
 
         def to(t: Any, *args: Any, **kwargs: Any) -> Any:
             dest = args[0] if args else kwargs.get("device")
@@ -386,7 +390,13 @@ class SyncTracker:
                 to_cpu = dest.startswith("cpu")
                 nb_pos = 2
             elif cls is device_cls:
-                to_cpu = dest.type == "cpu"
+                known = cpu_devices.get(id(dest))
+                if known is not None and known[0] is dest:
+                    to_cpu = known[1]
+                else:
+                    to_cpu = dest.type == "cpu"
+                    if len(cpu_devices) < 64:
+                        cpu_devices[id(dest)] = (dest, to_cpu)
                 nb_pos = 2
             elif isinstance(dest, tensor_cls):
                 to_cpu = dest.is_cpu
@@ -396,6 +406,10 @@ class SyncTracker:
             non_blocking = kwargs.get("non_blocking") or (len(args) > nb_pos and args[nb_pos] is True)
             if not to_cpu or non_blocking or (not cpu_run and t.is_cpu):
                 return orig(t, *args, **kwargs)
+            if cpu_run:  # only the user's own calls count (see _record): a library caller seen before
+                kind = kind_get(id(getframe(1).f_code))  # is not timed (Lightning: ~7 calls a step)
+                if kind is not None and kind[0] != _USER:
+                    return orig(t, *args, **kwargs)
             depth.depth = 1
             t0 = perf()
             try:
@@ -628,11 +642,16 @@ class SyncTracker:
             f = f.f_back
         if f is None:
             return
-        options = {k: v for k, v in zip(_LOG_PARAMS, args)}
-        options.update((k, kwargs[k]) for k in _LOG_PARAMS if k in kwargs)
-        site = _LogSite(f.f_code, f.f_lineno, options)
-        self._log_sites[name] = site
-        if options.get("prog_bar") or options.get("sync_dist"):
+        if args or kwargs:
+            options = {k: v for k, v in zip(_LOG_PARAMS, args)}
+            options.update((k, kwargs[k]) for k in _LOG_PARAMS if k in kwargs)
+        else:  # self.log(name, value): the common call, every step
+            options = {}
+        site = self._log_sites.get(name)
+        if site is None or site.code is not f.f_code or site.lineno != f.f_lineno or site.options != options:
+            site = _LogSite(f.f_code, f.f_lineno, options)  # else the same call as last step: kept
+            self._log_sites[name] = site
+        if options and (options.get("prog_bar") or options.get("sync_dist")):
             self._last_log_site = site
 
 

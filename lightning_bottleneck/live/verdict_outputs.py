@@ -11,6 +11,8 @@ Example::
 
 from __future__ import annotations
 
+import io
+import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,12 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
+from lightning_bottleneck.live.offload import ChildFailed, ChildJob, ChildWorker
+from lightning_bottleneck.output.picture import IMAGE_TAG
 from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
-__all__ = ["publish_picture", "publish_scalars", "verdict_scalars"]
+__all__ = ["log_png", "publish_picture", "publish_scalars", "verdict_scalars"]
 
 
 def verdict_scalars(report: Report) -> dict[str, float]:
@@ -55,25 +59,92 @@ def publish_scalars(trainer: Any, report: Report) -> None:
 
 
 def publish_picture(
-    trainer: Any, report: Report, phases: StepPhases | None, report_file: Path | None, image: bool = True
+    trainer: Any,
+    report: Report,
+    phases: StepPhases | None,
+    report_file: Path | None,
+    image: bool = True,
+    worker: ChildWorker | None = None,
 ) -> threading.Thread:
     """``bottleneck_report.html`` beside the JSON report and (``image``) the PNG in the TensorBoard logger's
-    Images tab, drawn in a daemon thread (matplotlib takes ~0.2 s a picture: not on the training loop;
-    its Agg canvas and TensorBoard's writer queue are thread-safe). The caller joins the thread before
-    the next picture and at teardown. A failure is one warning (the verdict is already out)."""
+    Images tab, drawn by a torch-free child process (:mod:`~lightning_bottleneck.output.child_process`:
+    matplotlib takes ~0.2 s of GIL a picture, which would stall training steps) that a daemon thread
+    waits for; the thread only hands the finished PNG to TensorBoard's writer (thread-safe). If the child
+    fails, the thread draws in-process, with a note. ``worker``: the fit's warm child (without one, a
+    child of its own). The caller joins the thread before the next picture and at teardown. A failure is
+    one warning (the verdict is already out)."""
     writer = None
     if image:
         writer = next((lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
     out_dir = report_file.parent if report_file is not None else None
     step = trainer.global_step
     thread = threading.Thread(
-        target=_draw,
-        args=(report, phases, out_dir, writer, step),
+        target=_draw_in_child,
+        args=(report, phases, out_dir, writer, step, worker),
         name="lightning-bottleneck-picture",
         daemon=True,
     )
     thread.start()
     return thread
+
+
+def _draw_in_child(
+    report: Report,
+    phases: StepPhases | None,
+    out_dir: Path | None,
+    writer: Any,
+    step: int,
+    worker: ChildWorker | None,
+) -> None:
+    request = {
+        "job": "picture",
+        "report": report,
+        "phases": phases,  # pure (made by the analysis): pickled exactly
+        "out_dir": str(out_dir) if out_dir is not None else None,
+        "image": writer is not None,
+    }
+    try:
+        answer = worker.request(request) if worker is not None else ChildJob(request).run()
+        notes = list(answer["notes"])
+        if writer is not None and answer["png"]:
+            log_png(writer, IMAGE_TAG, answer["png"], step)
+            writer.flush()
+    except ChildFailed as err:
+        _note(report, f"the picture was drawn in the training process ({err})")
+        _draw(report, phases, out_dir, writer, step)
+        return
+    except Exception as err:
+        rank_zero_warn(f"BottleneckCallback could not draw the window: {type(err).__name__}: {err}")
+        return
+    for note in notes:
+        _note(report, note)
+
+
+def log_png(writer: Any, tag: str, png: bytes, step: int) -> None:
+    """Put an encoded PNG in a TensorBoard writer's Images tab as it is (no decode, no re-encode): the
+    event protobuf of ``torch.utils.tensorboard``'s writer; another writer gets the decoded array."""
+    file_writer = getattr(writer, "_get_file_writer", None)
+    if file_writer is not None and type(writer).__module__.startswith("torch.utils.tensorboard"):
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        width, height = struct.unpack(">II", png[16:24])  # the PNG's IHDR chunk
+        value = Summary.Value(
+            tag=tag,
+            image=Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=png),
+        )
+        file_writer().add_summary(Summary(value=[value]), step)
+        return
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as img:
+        rgb = np.asarray(img.convert("RGB"))
+    writer.add_image(tag, rgb, step, dataformats="HWC")
+
+
+def _note(report: Report, note: str) -> None:
+    if note not in report.notes:
+        report.notes.append(note)
 
 
 def _draw(report: Report, phases: StepPhases | None, out_dir: Path | None, writer: Any, step: int) -> None:

@@ -1,0 +1,171 @@
+"""The torch-free child process that does the callback's heavy work off the training process.
+
+Reading and analysing the profiling window's trace (~0.1-1 s of numpy and JSON) and drawing the picture
+(matplotlib, ~0.2 s) hold the GIL; done in a thread of the training process they stall the training
+steps after the window. The live callback runs them here instead, in a child started as
+``python -m lightning_bottleneck.output.child_process`` (a pure module: the child never imports torch or
+lightning, so it starts in ~0.2 s), at a lower scheduling priority. It answers requests one after the
+other until its stdin closes (the callback starts one when the window closes and keeps it for the fit):
+
+* ``{"job": "analyse", "path": ..., "rank": ...}`` -> ``{"summary": TraceSummary, "phases": StepPhases}``
+* ``{"job": "picture", "report": Report, "phases": StepPhases, "out_dir": ..., "image": bool}`` ->
+  ``{"html": path or None, "png": bytes or None, "notes": [...]}`` (the HTML page written here; the PNG
+  handed back for the TensorBoard writer, which lives in the training process)
+
+Each request is pickled on stdin, each answer pickled on stdout (``{"ok": True, ...}`` or ``{"ok": False,
+"error": ...}``). The child refuses to import torch or lightning (an import hook raises ImportError, so a
+request that would drag them in fails and the parent falls back; the parent sends a torch object, such as
+``torch.__version__`` in a report's environment, as its string);
+``"forbidden_modules"`` lists any it found imported all the same (the tests check it is empty). Torch-free.
+
+Example::
+
+    $ python -m lightning_bottleneck.output.child_process < request.pickle > answer.pickle
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import os
+import pickle
+import socket
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from lightning_bottleneck.analysis.step_phases import StepPhases
+from lightning_bottleneck.analysis.summary import TraceSummary
+
+__all__ = ["NICE_INCREMENT", "analyse_trace_file", "handle", "main", "render_picture"]
+
+#: How much the child lowers its own scheduling priority (``os.nice``): when it competes with a training
+#: process for a core it gets about a third of the CPU (Linux CFS weights 335 against 1024). Not ``nice``'s
+#: default 10 (weight 110): on a loaded 2-core box that starved the child, and the step that takes the
+#: mid-run verdict (where every rank waits for the analysis) waited seconds for it.
+NICE_INCREMENT = 5
+_FORBIDDEN = ("torch", "lightning", "pytorch_lightning")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def analyse_trace_file(path: str | Path, rank: int) -> tuple[TraceSummary, StepPhases | None]:
+    """Parse one trace once: its per-step phases (for the picture) and its summary (for the rules)."""
+    from lightning_bottleneck.analysis.step_phases import analysed_step_windows, step_phases
+    from lightning_bottleneck.analysis.trace_file import summarize
+    from lightning_bottleneck.trace.reader import load_trace
+
+    trace = load_trace(Path(path))
+    phases: StepPhases | None = None
+    try:
+        found = analysed_step_windows(trace)
+        if found is not None:
+            starts, ends, main = found
+            phases = step_phases(trace, (starts, ends), main_thread=main)
+    except Exception as err:  # the picture is optional; the verdict is not
+        phases = StepPhases(notes=[f"per-step phases failed: {type(err).__name__}: {err}"])
+    summary = summarize(trace)
+    summary.rank = rank
+    summary.host = socket.gethostname()
+    return summary, phases
+
+
+def render_picture(request: dict[str, Any]) -> dict[str, Any]:
+    """The HTML page written beside the report (``out_dir``) and the PNG as bytes (``image``)."""
+    from lightning_bottleneck.output.image import MISSING_NOTE, image_available, render_png
+    from lightning_bottleneck.output.picture import HTML_FILENAME, write_html
+
+    report = request["report"]
+    phases = request.get("phases")
+    out_dir = request.get("out_dir")
+    answer: dict[str, Any] = {"html": None, "png": None, "notes": []}
+    if out_dir is not None:
+        answer["html"] = str(write_html(report, phases, Path(out_dir) / HTML_FILENAME))
+    if request.get("image"):
+        if image_available():
+            answer["png"] = render_png(report, phases)
+        else:
+            answer["notes"].append(MISSING_NOTE)
+    return answer
+
+
+def handle(request: dict[str, Any]) -> dict[str, Any]:
+    """One job's answer (raises for an unknown job or a failed one)."""
+    job = request.get("job")
+    if job == "analyse":
+        summary, phases = analyse_trace_file(request["path"], int(request["rank"]))
+        return {"summary": summary, "phases": phases}
+    if job == "picture":
+        return render_picture(request)
+    raise ValueError(f"unknown job {job!r}; the child does 'analyse' and 'picture'")
+
+
+def _lower_priority() -> None:
+    """Yield the CPU to the training process; die with the parent (Linux), never outlive it."""
+    if hasattr(os, "nice"):
+        with contextlib.suppress(OSError):
+            os.nice(NICE_INCREMENT)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except Exception:  # no libc prctl: the parent's timeout and teardown still kill the child
+            pass
+    try:
+        import psutil  # optional: Windows/macOS priority classes
+
+        if not hasattr(os, "nice"):
+            psutil.Process().nice(psutil.BELOW_NORMAL_PRIORITY_CLASS)
+    except Exception:
+        pass
+
+
+class _NoFrameworks(importlib.abc.MetaPathFinder):
+    """Importing torch or lightning in the child is an error, not a silent multi-second import."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.split(".")[0] in _FORBIDDEN:
+            raise ImportError(f"the analysis child process does not import {name}")
+        return None
+
+
+def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing printed by a library may corrupt the pickled answer
+    parent = os.getppid()
+    _lower_priority()
+    sys.meta_path.insert(0, _NoFrameworks())
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        return 1
+    _warm_up()
+    while True:  # one answer per request, until the parent closes the pipe
+        failed: BaseException | None = None
+        try:
+            request = pickle.load(stdin)
+        except EOFError:
+            return 0
+        except BaseException as err:  # an unreadable request: answer it, the stream may be lost
+            request, failed = None, err
+        try:
+            if failed is not None:
+                raise failed
+            answer = {"ok": True, **handle(request)}
+        except BaseException as err:
+            answer = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        answer["forbidden_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in _FORBIDDEN)
+        pickle.dump(answer, stdout, protocol=pickle.HIGHEST_PROTOCOL)
+        stdout.flush()
+        if failed is not None:
+            return 2
+
+
+def _warm_up() -> None:
+    """Import the trace reader and the analysis while the parent pickles the first request."""
+    from lightning_bottleneck.analysis import step_phases, trace_file  # noqa: F401
+    from lightning_bottleneck.trace import reader  # noqa: F401
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,228 @@
+"""The heavy work in a torch-free child process: the same answer as in-process, a fallback with a note when
+the child fails, no child left alive after a fit (normal or failed), and a child that never imports torch.
+
+Real fits of a few steps on CPU; the failing child is a real one (a module that does not exist, a module
+that hangs), not a mock.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_bottleneck import BottleneckCallback
+from lightning_bottleneck.live import offload
+from lightning_bottleneck.live.window_analysis import WindowAnalysis
+from lightning_bottleneck.output.child_process import analyse_trace_file
+
+from conftest import quiet_trainer
+from scenarios import Regressor, in_memory
+
+SMALL = {"wait": 1, "warmup": 1, "active": 3, "verbose": False, "probe_loader": False, "trial_budget_s": 0}
+FALLBACK_NOTE = "analysed in the training process"
+
+
+class _Recorded:
+    """Every child process started, so that the test can check each one has ended."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        real = subprocess.Popen
+
+        def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+            proc = real(*args, **kwargs)
+            self.procs.append(proc)
+            return proc
+
+        monkeypatch.setattr(offload.subprocess, "Popen", popen)
+
+    def alive(self) -> list[int]:
+        return [p.pid for p in self.procs if p.poll() is None]
+
+
+def _fit(root: Path, steps: int = 12, model: Any = None) -> BottleneckCallback:
+    cb = BottleneckCallback(**SMALL)
+    torch.manual_seed(0)
+    trainer = quiet_trainer(root, [cb], max_steps=steps)
+    trainer.fit(model or Regressor(), DataLoader(in_memory(512, 32), batch_size=16))
+    return cb
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    cb = _fit(tmp_path_factory.mktemp("fit"))
+    assert cb._run.window.trace_files
+    return cb._run.window.trace_files[-1]
+
+
+def test_child_analysis_gives_the_in_process_summary(trace_file: str) -> None:
+    answer = offload.run_child({"job": "analyse", "path": trace_file, "rank": 3})
+    summary, phases = analyse_trace_file(trace_file, 3)
+    assert answer["summary"].to_dict() == summary.to_dict()
+    assert answer["phases"] is not None and phases is not None
+    assert answer["phases"].to_dict() == phases.to_dict()
+    assert summary.num_steps == 3 and answer["summary"].rank == 3
+    assert answer["forbidden_modules"] == []
+
+
+def test_the_child_runs_under_an_import_blocker(trace_file: str, tmp_path: Path) -> None:
+    """The entry module, run with torch and lightning unimportable, still analyses and draws."""
+    blocked = (
+        "import importlib.abc, runpy, sys\n"
+        "class B(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'lightning', 'pytorch_lightning'):\n"
+        "            raise ImportError('blocked import of ' + name)\n"
+        "sys.meta_path.insert(0, B())\n"
+        f"runpy.run_module({offload.ENTRY_MODULE!r}, run_name='__main__')\n"
+    )
+    _summary, phases = analyse_trace_file(trace_file, 0)
+    report = _fit(tmp_path / "fit", steps=8).report
+    for request in (
+        {"job": "analyse", "path": trace_file, "rank": 0},
+        {
+            "job": "picture",
+            "report": report,
+            "phases": phases,
+            "out_dir": str(tmp_path),
+            "image": True,
+        },
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", blocked],
+            input=offload.plain_pickle(request),
+            capture_output=True,
+            timeout=120,
+        )
+        answer = pickle.loads(out.stdout)
+        assert answer["ok"], answer
+        assert answer["forbidden_modules"] == []
+    assert answer["html"] == str(tmp_path / "bottleneck_report.html") and Path(answer["html"]).is_file()
+    assert answer["png"][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_fit_uses_the_child_and_leaves_none_alive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = _Recorded(monkeypatch)
+    cb = _fit(tmp_path)
+    assert cb.report is not None and cb.report.primary is not None
+    assert not any(FALLBACK_NOTE in n or "drawn in the training process" in n for n in cb.report.notes)
+    assert len(started.procs) == 1  # one warm child for the fit: the analysis and both pictures
+    assert started.alive() == [] and offload.live_children() == []
+    assert (tmp_path / "bottleneck_report.html").is_file()
+
+
+def test_a_child_that_cannot_run_is_one_note_and_the_verdict_still_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(offload, "ENTRY_MODULE", "lightning_bottleneck.no_such_module")
+    cb = _fit(tmp_path, steps=30)  # the mid-run verdict is due 10 steps after the window at the latest
+    assert cb.report is not None and cb.midrun_report is not None
+    own = [n for n in cb.report.notes if FALLBACK_NOTE in n]
+    assert len(own) == 1 and "No module named" in own[0], cb.report.notes
+    assert cb.report.steps_profiled == 3  # the in-process analysis gave the summary
+    assert any("drawn in the training process" in n for n in cb.report.notes)
+    assert (tmp_path / "bottleneck_report.html").is_file()
+    assert cb.report.to_dict()["primary"] == cb.midrun_report.to_dict()["primary"]
+
+
+def _hanging_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "hangs_forever.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(offload, "ENTRY_MODULE", "hangs_forever")
+
+
+def test_a_child_past_its_time_is_killed_and_the_work_done_in_process(
+    trace_file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hanging_entry(tmp_path, monkeypatch)
+    monkeypatch.setattr(offload, "CHILD_TIMEOUT_S", 1.0)
+    started = _Recorded(monkeypatch)
+    analysis = WindowAnalysis.start(trace_file, 0)
+    summary, _ = analysis.result(timeout=120)
+    assert summary.num_steps == 3
+    assert len(analysis.notes) == 1 and "longer than 1 s" in analysis.notes[0]
+    assert len(started.procs) == 1 and started.alive() == []
+
+
+def test_closing_a_running_analysis_kills_its_child_without_a_fallback(
+    trace_file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hanging_entry(tmp_path, monkeypatch)
+    started = _Recorded(monkeypatch)
+    analysis = WindowAnalysis.start(trace_file, 0)
+    while not started.procs:
+        analysis.join(0.05)
+    analysis.close()
+    assert analysis.done and started.alive() == []
+    with pytest.raises(offload.ChildFailed):
+        analysis.result(timeout=1)
+    assert analysis.notes == []
+
+
+class _DiesAfterTheWindow(Regressor):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.global_step == 6:  # the window (steps 0-4) is closed; its analysis has just started
+            raise RuntimeError("boom")
+        return super().training_step(batch, batch_idx)
+
+
+def test_no_child_outlives_a_fit_that_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = _Recorded(monkeypatch)
+    cb = BottleneckCallback(**SMALL)
+    trainer = quiet_trainer(tmp_path, [cb], max_steps=40)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(_DiesAfterTheWindow(), DataLoader(in_memory(512, 32), batch_size=16))
+    assert started.procs and started.alive() == [] and offload.live_children() == []
+    assert cb.report is not None
+    assert json.loads((tmp_path / "bottleneck_report.json").read_text())["primary"]
+
+
+def test_in_process_switch(trace_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(offload.IN_PROCESS_ENV, "1")
+    started = _Recorded(monkeypatch)
+    analysis = WindowAnalysis.start(trace_file, 0)
+    summary, _ = analysis.result(timeout=120)
+    assert summary.num_steps == 3 and started.procs == []
+    assert offload.IN_PROCESS_ENV in analysis.notes[0]
+
+
+def test_the_child_draws_the_page_the_training_process_would(trace_file: str, tmp_path: Path) -> None:
+    from lightning_bottleneck.output.html import render_html
+
+    report = _fit(tmp_path / "fit", steps=8).report
+    assert report is not None
+    _, phases = analyse_trace_file(trace_file, 0)
+    request = {
+        "job": "picture",
+        "report": report,
+        "phases": phases,
+        "out_dir": str(tmp_path),
+        "image": False,
+    }
+    answer = offload.run_child(request)
+    assert answer["png"] is None and answer["forbidden_modules"] == []
+    assert Path(answer["html"]).read_text() == render_html(report, phases)
+
+
+def test_a_worker_past_its_time_is_killed_and_later_requests_fail_at_once(
+    trace_file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hanging_entry(tmp_path, monkeypatch)
+    monkeypatch.setattr(offload, "CHILD_TIMEOUT_S", 1.0)
+    started = _Recorded(monkeypatch)
+    worker = offload.ChildWorker.start()
+    analysis = WindowAnalysis.start(trace_file, 0, worker)
+    summary, _ = analysis.result(timeout=120)  # done in-process after the child was killed
+    assert summary.num_steps == 3 and "longer than 1 s" in analysis.notes[0]
+    assert started.alive() == []
+    with pytest.raises(offload.ChildFailed, match="longer than 1 s"):
+        worker.request({"job": "analyse", "path": trace_file, "rank": 0})
+    worker.close()
