@@ -117,3 +117,32 @@ ESTIMATED_CONFIDENCE_MAX = 0.95
 # a steady loop on this project's shared 2-core machine with another process busy (tests/test_verdicts.py).
 SPREAD_RATIO_OK = 1.5
 SPREAD_FACTOR_MIN = 0.5
+
+# --- the rest of the fit (rules/fit.py): shares of the whole fit's wall time, not of a step -----------
+# A part of fit outside the training step (validation, checkpointing, logging, another callback, the sanity
+# check) is material from 10% of the fit: the same 10% torch-tb-profiler uses for time the device spends
+# not computing (profiler/data.py ``communication_ratio > 0.1``); a quarter of the fit (the run at least
+# 1.33x slower than without it) is severity high.
+FIT_PART_SHARE_MEDIUM = 0.10
+FIT_PART_SHARE_HIGH = 0.25
+# The interval advised for validation, checkpoints and logging is the smallest one that brings the part under
+# this share of the fit: INPUT_SHARE_MEDIUM's 5%, the share below which the rules call a cost not worth fixing.
+FIT_PART_TARGET_SHARE = 0.05
+# ... but an interval is never stretched more than this factor in one piece of advice: an order of magnitude
+# keeps the validation signal / checkpoint spacing the user chose recognisable (the measured example:
+# a checkpoint every 5 steps -> every 50 made that run 5.5-5.9x faster; fewer is a decision for the user).
+FIT_INTERVAL_GROWTH_MAX = 10
+# Lightning's own default ``log_every_n_steps`` (Trainer docs): a run logging more often is advised at least
+# this interval when logging is material.
+LIGHTNING_LOG_EVERY_N_STEPS = 50
+# AsyncCheckpointIO (lightning.pytorch.plugins.io) runs ``torch.save`` on a worker thread: the file write releases
+# the GIL, the pickling of the state dict does not, so on a busy host about half of a save stays on the training
+# thread (an estimate until measured: the scoreboard's checkpoint workloads sweep it).
+ASYNC_CHECKPOINT_RECOVERABLE = 0.5
+# The val loader is probed (its num_workers measured) when its wait is at least this share of validation: the
+# same 50% split as the loader probe's CPU_BOUND_SHARE (a fetch waiting more than half its time is wait-bound).
+VAL_LOADER_WAIT_SHARE_MIN = 0.5
+# Removing a callback's work outright is a code change; the advice's estimate is that a hook called less often
+# (or made cheaper) gives back this fraction of its time: the same 0.9 as an interval stretched 10x
+# (FIT_INTERVAL_GROWTH_MAX), the largest change the other fit advice makes in one step.
+CALLBACK_RECOVERABLE = 0.9
