@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.measure.contention import Contention
@@ -144,3 +145,6 @@ class Evidence:
     contention: Contention | None = None  # contention.assess over the window (other processes' CPU use)
     window_check: WindowCheck | None = None  # analysis.representative.check_window (window vs the rest)
     memory_trend: MemoryTrend | None = None  # memory_trend.MemorySampler over the whole run (RSS or CUDA)
+    ledger: FitLedger | None = (
+        None  # the whole fit by part (live/ledger.py); None offline or before the fit ends
+    )

@@ -14,7 +14,8 @@ from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.rules.stragglers import OWN_WORK_BUCKETS as STRAGGLER_BUCKETS
 
 #: Categories that are not a share of step time (see categories.BUCKET_SHARES).
-NOT_TIME_BUCKETS = {Category.MEMORY, Category.UNKNOWN}
+#: ``rest_of_fit`` is a share of the whole fit (the ledger's), not of step time.
+NOT_TIME_BUCKETS = {Category.MEMORY, Category.UNKNOWN, Category.REST_OF_FIT}
 
 
 def test_time_buckets_are_every_category_but_memory_and_unknown() -> None:
@@ -60,7 +61,8 @@ def test_every_category_has_a_headline() -> None:
 
 
 def test_every_category_but_unknown_has_an_advisor_and_a_finding_kind() -> None:
-    assert set(ADVISORS) == set(Category) - {Category.UNKNOWN}
+    # TODO(17b): REST_OF_FIT's advisor (advice/fit.py) lands on branch issue-17b; drop the exclusion then.
+    assert set(ADVISORS) == set(Category) - {Category.UNKNOWN, Category.REST_OF_FIT}
     assert {c.value for c in Category} - {Category.UNKNOWN.value} <= {k.value for k in FindingKind}
     for category in set(Category) - {Category.UNKNOWN}:
         assert FindingKind.of(category).value == category.value

@@ -17,12 +17,21 @@ HEADLINES = {
     Category.COMPUTE: "compute-bound: the device is busy doing the math",
     Category.MEMORY: "memory-bound: out of memory or close to it",
     Category.COMMUNICATION: "communication-bound: ranks wait on collectives",
+    Category.REST_OF_FIT: "rest-of-fit-bound: the time goes outside the training step",
     Category.UNKNOWN: "unknown: not enough evidence for a verdict",
 }
 
 
 def headline(report: Report) -> str:
-    return f"{HEADLINES[report.primary]} (confidence {report.confidence:.0%})"
+    text = HEADLINES[report.primary]
+    if report.primary == Category.REST_OF_FIT:
+        ledger = report.metrics.get("ledger") or {}
+        cause = ledger.get("cause")
+        if cause:
+            share = (ledger.get("shares") or {}).get(cause, 0.0)
+            label = cause.replace("_", " ")
+            text = f"rest-of-fit-bound: {label} takes {share:.0%} of fit"
+    return f"{text} (confidence {report.confidence:.0%})"
 
 
 def _step_line(report: Report) -> str:
