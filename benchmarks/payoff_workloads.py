@@ -36,9 +36,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
-import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 

@@ -106,8 +106,8 @@ def recommendation(lever: FitLever) -> Recommendation:
         settings=dict(lever.settings),
         snippet=snippet(lever),
         evidence=evidence,
+        where=lever.where,
     )
-    rec.where = lever.where
     return rec
 
 

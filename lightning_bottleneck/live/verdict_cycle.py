@@ -53,6 +53,7 @@ def take_verdict(
         trials=got.trials,
         contention=got.contention,
         window_check=got.window_check,
+        fit_probes=got.fit_probes,
         memory_trend=memory.trend() if memory is not None else None,
     )
     report = diagnose(evidence)

@@ -59,6 +59,9 @@ class FitProbes:
             val_ladder=LoaderLadder.from_dict(ladder) if ladder else None,
             val_num_workers=d.get("val_num_workers"),
             val_batch_size=d.get("val_batch_size"),
-            callback_knobs={str(k): {str(a): int(b) for a, b in v.items()} for k, v in (d.get("callback_knobs") or {}).items()},
+            callback_knobs={
+                str(k): {str(a): int(b) for a, b in v.items()}
+                for k, v in (d.get("callback_knobs") or {}).items()
+            },
             notes=list(d.get("notes") or []),
         )

@@ -114,6 +114,9 @@ class Recommendation:
     basis: str = ""  # how the saving was measured or estimated, in words
     saved_ms_per_step: float | None = None
     saved_s: float | None = None
+    # where ``settings`` go: "Trainer", "ModelCheckpoint", "val DataLoader", "self.log", a callback's class;
+    # None: the train DataLoader / the Trainer / the model, as the setting's name says (the in-step advice)
+    where: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +132,7 @@ class Recommendation:
             "basis": self.basis,
             "saved_ms_per_step": _r(self.saved_ms_per_step, 4),
             "saved_s": _r(self.saved_s, 3),
+            "where": self.where,
         }
 
     @classmethod
@@ -146,6 +150,7 @@ class Recommendation:
             str(d.get("basis") or ""),
             _f(d.get("saved_ms_per_step")),
             _f(d.get("saved_s")),
+            d.get("where"),
         )
 
     @property

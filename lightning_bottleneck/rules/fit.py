@@ -212,7 +212,7 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     {"validation_batches_per_run": round(batches, 1)},
                 )
             )
-    out += _val_loader_levers(ledger, getattr(evidence, "fit_probes", None))
+    out += _val_loader_levers(ledger, evidence.fit_probes)
     return out
 
 
@@ -227,9 +227,22 @@ def _val_loader_levers(ledger: FitLedger, probes: FitProbes | None) -> list[FitL
     wait = ledger.validation_loader_wait_s
     if now is None or best is None or best.num_workers == current or wait <= 0:
         return []
-    ratio = now.samples_per_s / best.samples_per_s if best.samples_per_s > 0 else 1.0
-    if ratio > 1.0 / VAL_LOADER_GAIN_MIN:  # not faster beyond the ladder's noise band
+    # the probe's steady state, but a validation of B batches keeps at most B workers busy at once: the
+    # fewest workers within the noise band of the best gain so capped
+    per_run = ledger.validation_batches / ledger.validation_runs if ledger.validation_runs else 1.0
+
+    def capped(rate: float) -> float:
+        return min(rate / now.samples_per_s if now.samples_per_s > 0 else 1.0, max(1.0, per_run))
+
+    top = capped(best.samples_per_s)
+    best = min(
+        (r for r in ladder.rungs if capped(r.samples_per_s) * VAL_LOADER_GAIN_MIN >= top),
+        key=lambda r: (r.num_workers, -r.samples_per_s),
+    )
+    gain = capped(best.samples_per_s)
+    if gain < VAL_LOADER_GAIN_MIN or best.num_workers == current:  # not faster beyond the noise band
         return []
+    ratio = 1.0 / gain
     saved = wait * (1.0 - ratio)
     settings: dict[str, Any] = {"num_workers": best.num_workers}
     if best.num_workers > 0:
@@ -243,7 +256,7 @@ def _val_loader_levers(ledger: FitLedger, probes: FitProbes | None) -> list[FitL
             MEASURED,
             f"validation waited {_s(wait)} for its DataLoader; the loader probe measured the val loader at "
             f"{now.samples_per_s:.0f} samples/s with num_workers={current} and {best.samples_per_s:.0f} with "
-            f"num_workers={best.num_workers}: the wait shrinks to {ratio:.0%}",
+            f"num_workers={best.num_workers} ({per_run:.0f} batches per validation): the wait shrinks to {ratio:.0%}",
             "",
             {"val_ladder": ladder.to_dict()},
         )
@@ -325,43 +338,51 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
 
 
 def logging_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
+    """log_every_n_steps for the logger writes (and the metric computation they trigger); sync_dist=False
+    for ``self.log`` calls that sync across ranks every step."""
     log_s = ledger.parts.get(FitPart.LOGGING, 0.0)
     calls = ledger.log_calls
     steps = ledger.train_steps
     if log_s <= 0 or steps <= 0:
         return []
-    if calls <= 0:
-        return [
+    out: list[FitLever] = []
+    writes_s = max(0.0, log_s - ledger.self_log_s)  # logger writes and the metric computation at log time
+    if calls > 0 and writes_s > 0:
+        interval = max(1, round(steps / calls))
+        new = max(interval * growth_factor(writes_s, ledger.fit_s), T.LIGHTNING_LOG_EVERY_N_STEPS)
+        new = min(new, interval * T.FIT_INTERVAL_GROWTH_MAX)
+        if new > interval:
+            frac = 1.0 - interval / new
+            out.append(
+                FitLever(
+                    FitPart.LOGGING,
+                    {"log_every_n_steps": new},
+                    TRAINER,
+                    writes_s * frac,
+                    COMPUTED,
+                    f"{calls} logger writes took {_s(writes_s)} with the metric computation they trigger "
+                    f"({_s(writes_s / calls)} each); logging every {new} steps instead of every {interval} "
+                    f"leaves {interval}/{new} of them",
+                    f"the logged curves have a point every {new} steps instead of every {interval}",
+                    {"log_calls": calls, "per_log_s": round(writes_s / calls, 6)},
+                )
+            )
+    world = evidence.config.world_size if evidence.config is not None else 1
+    if world > 1 and ledger.self_log_s > 0 and ledger.self_log_calls > 0:
+        out.append(
             FitLever(
                 FitPart.LOGGING,
-                {"on_step": False},
+                {"sync_dist": False},
                 SELF_LOG,
-                log_s * T.CALLBACK_RECOVERABLE,
+                ledger.self_log_s * T.SELF_LOG_SYNC_RECOVERABLE,
                 ESTIMATED,
-                f"{_s(log_s)} of metric computation and syncing while no logger wrote anything: metrics logged "
-                "with on_step=True are reduced every step",
-                "the metric is logged once per epoch (its mean) instead of per step",
+                f"{ledger.self_log_calls} self.log calls took {_s(ledger.self_log_s)} "
+                f"({_s(ledger.self_log_s / ledger.self_log_calls)} each) on {world} ranks; without sync_dist "
+                f"a call does not wait for the other ranks (about {T.SELF_LOG_SYNC_RECOVERABLE:.0%} of it)",
+                "the per-step value logged is rank zero's; keep sync_dist=True for on_epoch metrics (synced once)",
             )
-        ]
-    interval = max(1, round(steps / calls))
-    new = max(interval * growth_factor(log_s, ledger.fit_s), T.LIGHTNING_LOG_EVERY_N_STEPS)
-    new = min(new, interval * T.FIT_INTERVAL_GROWTH_MAX)
-    if new <= interval:
-        return []
-    frac = 1.0 - interval / new
-    return [
-        FitLever(
-            FitPart.LOGGING,
-            {"log_every_n_steps": new},
-            TRAINER,
-            log_s * frac,
-            COMPUTED,
-            f"{calls} logger writes took {_s(log_s)} with metric computation ({_s(log_s / calls)} each); "
-            f"logging every {new} steps instead of every {interval} leaves {interval}/{new} of them",
-            f"the logged curves have a point every {new} steps instead of every {interval}",
-            {"log_calls": calls, "per_log_s": round(log_s / calls, 6)},
         )
-    ]
+    return out
 
 
 # ------------------------------------------------------------------------------------------- callbacks
@@ -375,7 +396,7 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
         return []
     cls, _, method = name.partition(".")
     per_call = hook.seconds / hook.calls
-    probes = getattr(evidence, "fit_probes", None)
+    probes = evidence.fit_probes
     knobs = (probes.callback_knobs.get(cls) if probes is not None else None) or {}
     knob = next((n for n in KNOB_NAMES if n in knobs), None)
     ev = {"callback": cls, "hook": method, "calls": hook.calls, "per_call_s": round(per_call, 6)}
@@ -484,7 +505,7 @@ def fit_levers(evidence: Evidence) -> list[FitLever]:
 
 def fit_findings(evidence: Evidence) -> list[Finding]:
     """One finding per part of the fit past its medium threshold, with its levers as evidence."""
-    ledger = getattr(evidence, "ledger", None)
+    ledger = evidence.ledger
     if ledger is None or ledger.fit_s <= 0:
         return []
     out: list[Finding] = []

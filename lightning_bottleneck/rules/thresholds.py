@@ -146,3 +146,7 @@ VAL_LOADER_WAIT_SHARE_MIN = 0.5
 # (or made cheaper) gives back this fraction of its time: the same 0.9 as an interval stretched 10x
 # (FIT_INTERVAL_GROWTH_MAX), the largest change the other fit advice makes in one step.
 CALLBACK_RECOVERABLE = 0.9
+# self.log(..., sync_dist=True) all-reduces each value at every call (Lightning #17988: seconds per call); without
+# it a call only stores the value: the all-reduce is most of the call's time (0.9: the same share as a callback
+# called 10x less often, CALLBACK_RECOVERABLE).
+SELF_LOG_SYNC_RECOVERABLE = 0.9

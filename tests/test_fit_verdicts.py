@@ -1,0 +1,191 @@
+"""The rest of the fit: verdicts and advice for validation, the sanity check, checkpoints, logging, callbacks.
+
+Pure tests on hand-built ledgers (fast), then real tiny Lightning fits with each cost injected on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lightning_bottleneck.analysis.ledger import FitLedger, HookTime
+from lightning_bottleneck.categories import Category, FindingKind, FitPart
+from lightning_bottleneck.diagnose import diagnose
+from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
+from lightning_bottleneck.measure.fit_probes import FitProbes
+from lightning_bottleneck.measure.loader_ladder import BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.rules.fit import fit_findings, growth_factor
+
+STEP_MS = 5.0
+STEPS = 200
+
+
+def _ledger(**parts: float) -> FitLedger:
+    """A fit of STEPS training steps of STEP_MS plus the given parts (seconds)."""
+    secs = {FitPart.TRAINING_STEPS: STEPS * STEP_MS / 1e3, **{FitPart(k): v for k, v in parts.items()}}
+    return FitLedger(fit_s=sum(secs.values()) + 0.05, parts=secs, train_steps=STEPS, epochs=1)
+
+
+def _evidence(ledger: FitLedger, probes: FitProbes | None = None, world: int = 1) -> Evidence:
+    return Evidence(
+        timing=TimingStats(
+            steps=STEPS, step_ms=[STEP_MS] * 50, data_wait_ms=[0.05] * 50, samples_per_step=16
+        ),
+        config=RunConfig(num_workers=0, batch_size=16, world_size=world),
+        run_length=RunLength(total_steps=STEPS, steps_per_epoch=STEPS, epochs=1),
+        ledger=ledger,
+        fit_probes=probes,
+    )
+
+
+def _whole_fit_speedup(ledger: FitLedger, saved_s: float) -> float:
+    return ledger.fit_s / (ledger.fit_s - saved_s)
+
+
+def test_growth_factor_brings_the_part_under_the_target_share_within_the_cap() -> None:
+    assert growth_factor(0.0, 10.0) == 1
+    k = growth_factor(1.0, 10.0)  # 10% -> needs about 2.1x to reach 5%
+    assert k == 3 and (1.0 / k) / (9.0 + 1.0 / k) <= T.FIT_PART_TARGET_SHARE
+    assert growth_factor(90.0, 100.0) == T.FIT_INTERVAL_GROWTH_MAX
+
+
+def test_validation_every_ten_batches_is_the_verdict_with_val_check_interval_first() -> None:
+    ledger = _ledger(validation=9.0)
+    ledger.validation_runs, ledger.validation_batches = 20, 80
+    ledger.validation_loader_wait_s, ledger.validation_compute_s = 8.0, 1.0
+    report = diagnose(_evidence(ledger))
+    assert report.primary == Category.REST_OF_FIT
+    assert report.metrics["ledger"]["cause"] == "validation"
+    first = report.findings[0]
+    assert first.kind == FindingKind.REST_OF_FIT and first.evidence["part"] == "validation"
+    assert first.evidence["share_of_fit"] > 0.8
+    rec = report.recommendations[0]
+    assert rec.kind == "rest_of_fit" and rec.where == "Trainer"
+    assert rec.settings == {"val_check_interval": 100}  # 10x less often: the cap
+    assert rec.method == "computed"
+    # 20 validations -> 2: 18 x 0.45 s saved, over the whole fit
+    assert rec.saved_s == pytest.approx(18 * 0.45, rel=1e-3)
+    assert rec.expected_speedup == pytest.approx(_whole_fit_speedup(ledger, 18 * 0.45), rel=1e-3)
+    assert "less often" in rec.detail  # what the user trades is said
+    # the JSON round trip keeps where the setting goes
+    again = Report.from_dict(report.to_dict())
+    assert again.recommendations[0].where == "Trainer"
+
+
+def test_a_validation_longer_than_an_epoch_interval_uses_check_val_every_n_epoch() -> None:
+    ledger = _ledger(validation=6.0)
+    ledger.epochs, ledger.validation_runs, ledger.validation_batches = 10, 10, 400
+    ev = _evidence(ledger)
+    ev.run_length = RunLength(total_steps=STEPS, steps_per_epoch=20, epochs=10)
+    levers = fit_findings(ev)[0].evidence["levers"]
+    assert levers[0]["settings"] == {"check_val_every_n_epoch": 10}
+    assert any(lv["settings"] == {"limit_val_batches": 0.1} for lv in levers)
+
+
+def test_a_measured_val_loader_ladder_becomes_measured_num_workers_advice() -> None:
+    ledger = _ledger(validation=1.0)
+    ledger.validation_runs, ledger.validation_batches = 2, 40
+    ledger.validation_loader_wait_s, ledger.validation_compute_s = 0.95, 0.05
+    ladder = LoaderLadder(
+        rungs=[
+            Rung(0, None, 100.0, 0.01, None, 0.05, 10, 1.0),
+            Rung(4, 2, 400.0, 0.1, None, 0.05, 10, 1.0),
+            Rung(8, 2, 780.0, 0.1, None, 0.05, 10, 1.0),
+        ],
+        bound=BOUND_WAIT,
+    )
+    report = diagnose(_evidence(ledger, FitProbes(val_ladder=ladder, val_num_workers=0)))
+    rec = next(r for r in report.recommendations if r.where == "val DataLoader")
+    assert rec.settings == {"num_workers": 8, "persistent_workers": True}
+    assert rec.method == "measured"
+    assert rec.saved_s == pytest.approx(0.95 * (1 - 100 / 780), rel=1e-3)
+
+
+def test_checkpoint_every_five_steps_is_advised_every_fifty_on_model_checkpoint() -> None:
+    ledger = _ledger(checkpointing=8.0)
+    ledger.checkpoint_saves = 40
+    report = diagnose(_evidence(ledger))
+    assert report.primary == Category.REST_OF_FIT
+    assert report.metrics["ledger"]["cause"] == "checkpointing"
+    rec = report.recommendations[0]
+    assert rec.where == "ModelCheckpoint" and rec.settings == {"every_n_train_steps": 50}
+    assert rec.saved_s == pytest.approx(36 * 0.2, rel=1e-3)
+    assert "train_time_interval" in rec.snippet
+    assert any(r.settings == {"plugins": "AsyncCheckpointIO"} for r in report.recommendations)
+
+
+def test_logging_every_step_is_advised_lightnings_default_interval() -> None:
+    ledger = _ledger(logging=2.0)
+    ledger.log_calls = STEPS
+    report = diagnose(_evidence(ledger))
+    rec = report.recommendations[0]
+    assert report.metrics["ledger"]["cause"] == "logging"
+    assert rec.settings == {"log_every_n_steps": 10} or rec.settings == {"log_every_n_steps": 50}
+    assert rec.where == "Trainer"
+    interval = rec.settings["log_every_n_steps"]
+    assert rec.saved_s == pytest.approx(2.0 * (1 - 1 / interval), rel=1e-3)
+
+
+def test_sync_dist_is_advised_only_with_several_ranks() -> None:
+    ledger = _ledger(logging=3.0)
+    ledger.self_log_calls, ledger.self_log_s = 400, 2.8
+    ledger.log_calls = 4
+    single = fit_findings(_evidence(ledger))[0].evidence["levers"]
+    assert not any("sync_dist" in lv["settings"] for lv in single)
+    ddp = fit_findings(_evidence(ledger, world=2))[0].evidence["levers"]
+    assert any(lv["settings"] == {"sync_dist": False} and lv["where"] == "self.log" for lv in ddp)
+
+
+def test_a_heavy_callback_is_named_with_its_hook_and_its_knob() -> None:
+    ledger = _ledger(callbacks=2.0)
+    ledger.hooks = {
+        "WeightStats.on_train_batch_end": HookTime(2.0, STEPS),
+        "Other.on_fit_start": HookTime(0.01, 1),
+    }
+    report = diagnose(_evidence(ledger))
+    finding = report.findings[0]
+    assert "WeightStats.on_train_batch_end" in finding.summary and "10 ms each" in finding.summary
+    rec = report.recommendations[0]
+    assert rec.settings == {} and rec.where == "WeightStats" and "on_train_batch_end" in rec.title
+    knobs = FitProbes(callback_knobs={"WeightStats": {"every_n_steps": 1}})
+    rec = diagnose(_evidence(ledger, knobs)).recommendations[0]
+    assert rec.where == "WeightStats" and rec.settings == {"every_n_steps": 10}
+    assert rec.method == "computed"
+
+
+def test_a_long_sanity_check_in_a_short_fit_is_advised_off() -> None:
+    ledger = _ledger(sanity_check=1.5)
+    ledger.sanity_batches = 2
+    rec = diagnose(_evidence(ledger)).recommendations[0]
+    assert rec.settings == {"num_sanity_val_steps": 0}
+    assert rec.saved_s == pytest.approx(1.5, rel=1e-3)
+
+
+def test_small_parts_give_no_finding_and_leave_the_in_step_verdict() -> None:
+    ledger = _ledger(validation=0.05, checkpointing=0.05)
+    ledger.validation_runs, ledger.checkpoint_saves = 2, 2
+    ev = _evidence(ledger)
+    assert fit_findings(ev) == []
+    assert diagnose(ev).primary != Category.REST_OF_FIT
+
+
+def test_in_step_and_rest_of_fit_candidates_compete_on_whole_fit_seconds() -> None:
+    """A data wait of 60% of the step against validation worth 10% of the fit: the input fix saves more."""
+    ledger = _ledger(validation=0.2)
+    ledger.validation_runs, ledger.validation_batches = 20, 40
+    ev = _evidence(ledger)
+    assert ev.timing is not None
+    ev.timing.data_wait_ms = [0.6 * STEP_MS] * 50
+    report = diagnose(ev)
+    assert report.primary == Category.INPUT
+    kinds = [r.kind for r in report.recommendations if r.saved_s]
+    assert kinds[0] == "input" and "rest_of_fit" in kinds
+    saved = [r.saved_s or 0.0 for r in report.recommendations if r.saved_s]
+    assert saved == sorted(saved, reverse=True)
+    # every expected speed-up is over the whole fit
+    for r in report.recommendations:
+        if r.saved_s and r.expected_speedup:
+            assert math.isclose(r.expected_speedup, ledger.fit_s / (ledger.fit_s - r.saved_s), rel_tol=0.02)
