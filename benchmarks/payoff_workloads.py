@@ -375,7 +375,7 @@ WORKLOADS: dict[str, Workload] = {
             "checkpoint_heavy",
             "a 128 MB buffer in the model, ModelCheckpoint every 5 steps",
             {"kind": "fit", "dim": 32, "width": 128, "depth": 2, "buffer_mb": 128},
-            {"kind": "tensor", "n": 1280, "dim": 32},
+            {"kind": "tensor", "n": 640, "dim": 32},
             {"batch_size": 16, "num_workers": 0},
             1,
             [
