@@ -169,3 +169,15 @@ def merge_ranks(ledgers: list[FitLedger]) -> FitLedger:
         self_log_s=max(x.self_log_s for x in ledgers),
         hooks=hooks,
     )
+
+
+def ledger_metrics(
+    ledger: FitLedger, ranks: list[FitLedger] | tuple[FitLedger, ...] = (), cause: FitPart | str | None = None
+) -> dict[str, Any]:
+    """The report's ``metrics["ledger"]``: :meth:`FitLedger.to_dict`, the ``cause`` (the part a rest-of-fit
+    verdict blames, else None) and, for several ranks, each rank's ledger under ``ranks`` (rank order)."""
+    d = ledger.to_dict()
+    d["cause"] = str(cause) if cause else None
+    if len(ranks) > 1:
+        d["ranks"] = [r.to_dict() for r in ranks]
+    return d

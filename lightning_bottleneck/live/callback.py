@@ -28,6 +28,7 @@ from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
+from lightning_bottleneck.live.ledger import LiveLedger
 from lightning_bottleneck.live.options import (
     check_bool,
     check_int,
@@ -234,6 +235,7 @@ class BottleneckCallback(Callback):
         self._rank = 0
         self._world_size = 1
         self._gather = RankGather(self.gather_timeout)
+        self._ledger: LiveLedger | None = None  # the whole fit by part (live/ledger.py), from setup on
         # after the window: the analysis thread, the step at which the verdict is taken, what it needs
         self._analysis: WindowAnalysis | None = None
         self._measure_at = _NEVER
@@ -287,6 +289,7 @@ class BottleneckCallback(Callback):
         self._trace_dir = Path(self.output_dir) if self.output_dir else log_dir / TRACE_SUBDIR
         self._report_file = Path(self.report_path) if self.report_path else log_dir / REPORT_FILENAME
         self._active_fit = True
+        self._ledger = LiveLedger.install(trainer, trainer.lightning_module, self)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
@@ -333,6 +336,9 @@ class BottleneckCallback(Callback):
         with contextlib.suppress(Exception):
             self._join_picture()
         self._window.release()
+        ledger, self._ledger = self._ledger, None
+        if ledger is not None:
+            ledger.uninstall()
         tracker, self._tracker = self._tracker, None
         if tracker is not None:
             tracker.uninstall()
@@ -603,11 +609,14 @@ class BottleneckCallback(Callback):
         summaries = [own] if own is not None else []
         trace_files = list(window.trace_files)
         if gather:
-            merged = merge_rank_summaries(self._gather, self._rank, own, window.trace_files)
+            ledger = self._ledger.snapshot() if self._ledger is not None else None
+            merged = merge_rank_summaries(self._gather, self._rank, own, window.trace_files, ledger)
             summaries = merged.summaries
             trace_files += merged.trace_files
             self._notes += merged.notes
-        self.report = self._verdict(trainer, summaries, sites, trace_files)
+        self.report = self._verdict(
+            trainer, summaries, sites, trace_files, merged.ledgers if gather else None
+        )
         against_midrun(self.midrun_report, self.report)
         if trainer.is_global_zero:
             self._publish(trainer, self.report)
@@ -617,8 +626,15 @@ class BottleneckCallback(Callback):
         return self._timer.stats(float(config.batch_size) if config and config.batch_size else None)
 
     def _verdict(
-        self, trainer: pl.Trainer, summaries: list[TraceSummary], sites: list[Any], trace_files: list[str]
+        self,
+        trainer: pl.Trainer,
+        summaries: list[TraceSummary],
+        sites: list[Any],
+        trace_files: list[str],
+        ledgers: list[Any] | None = None,
     ) -> Report:
+        if ledgers is None and self._ledger is not None:
+            ledgers = [self._ledger.snapshot()]
         return take_verdict(
             trainer,
             summaries=summaries,
@@ -631,6 +647,7 @@ class BottleneckCallback(Callback):
             config=self._config,
             environment=self._env,
             notes=self._notes,
+            ledgers=ledgers,
         )
 
     def _publish(self, trainer: pl.Trainer, report: Report) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.summary import TraceSummary
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -151,12 +152,16 @@ class RankGather:
             dist.destroy_process_group(group)
 
 
-def rank_payload(rank: int, summary: Any, trace_files: list[str]) -> dict[str, Any]:
-    """The plain dict one rank sends: its :class:`TraceSummary` (as a dict, or None) and its trace files."""
+def rank_payload(
+    rank: int, summary: Any, trace_files: list[str], ledger: FitLedger | None = None
+) -> dict[str, Any]:
+    """The plain dict one rank sends: its :class:`TraceSummary` (as a dict, or None), its trace files and its
+    fit ledger (as a dict, or None)."""
     return {
         "rank": int(rank),
         "summary": summary.to_dict() if summary is not None else None,
         "trace_files": [str(f) for f in trace_files],
+        "ledger": ledger.to_dict() if ledger is not None else None,
     }
 
 
@@ -167,27 +172,39 @@ class MergedRanks:
     summaries: list[TraceSummary]
     trace_files: list[str] = field(default_factory=list)  # the other ranks' trace files
     notes: list[str] = field(default_factory=list)
+    ledgers: list[FitLedger] = field(default_factory=list)  # every rank's fit ledger (rank order)
 
 
 def merge_rank_summaries(
-    gather: RankGather, rank: int, own: TraceSummary | None, trace_files: list[str]
+    gather: RankGather,
+    rank: int,
+    own: TraceSummary | None,
+    trace_files: list[str],
+    ledger: FitLedger | None = None,
 ) -> MergedRanks:
-    """Every rank sends its summary to global rank zero (a no-op for one process); never raises."""
+    """Every rank sends its summary and fit ledger to global rank zero (a no-op for one process); never
+    raises."""
     mine = [own] if own is not None else []
+    my_ledger = [ledger] if ledger is not None else []
     if not gather.active:
-        return MergedRanks(mine)
+        return MergedRanks(mine, ledgers=my_ledger)
     try:
-        result = gather.gather(rank_payload(rank, own, trace_files))
+        result = gather.gather(rank_payload(rank, own, trace_files, ledger))
     except Exception as err:
-        return MergedRanks(mine, notes=[f"gathering rank summaries failed: {type(err).__name__}: {err}"])
+        return MergedRanks(
+            mine, notes=[f"gathering rank summaries failed: {type(err).__name__}: {err}"], ledgers=my_ledger
+        )
     merged = MergedRanks([], notes=list(result.notes))
     if rank != 0:
-        merged.summaries = mine
+        merged.summaries, merged.ledgers = mine, my_ledger
         return merged
     for payload in result.payloads:
         if payload.get("rank") == rank:
             merged.summaries += mine
+            merged.ledgers += my_ledger
             continue
+        if isinstance(payload.get("ledger"), dict):
+            merged.ledgers.append(FitLedger.from_dict(payload["ledger"]))
         if isinstance(payload.get("summary"), dict):
             merged.summaries.append(TraceSummary.from_dict(payload["summary"]))
         else:

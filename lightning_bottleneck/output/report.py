@@ -310,3 +310,15 @@ def _umask() -> int:
 
 def _round_shares(shares: dict[str, float]) -> dict[str, float]:
     return {k: round(float(v), 4) for k, v in shares.items()}
+
+
+def ledger_cause(report: Report, ledger: Any) -> str | None:
+    """The fit part a ``rest_of_fit`` verdict blames: the rest-of-fit finding's ``part`` (its evidence), else
+    the ledger's largest part outside the training step; None for any other verdict."""
+    if report.primary != Category.REST_OF_FIT:
+        return None
+    for f in report.findings:
+        if f.kind == FindingKind.REST_OF_FIT and f.evidence.get("part"):
+            return str(f.evidence["part"])
+    part = ledger.largest_outside_part() if ledger is not None else None
+    return str(part) if part is not None else None
