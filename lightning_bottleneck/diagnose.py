@@ -95,8 +95,6 @@ def diagnose(evidence: Evidence) -> Report:
 
     metrics = _metrics(evidence, summary, verdict.savings)
     metrics["ranking"] = ranking.to_dict()
-    if evidence.ledger is not None:
-        metrics["ledger"] = {**evidence.ledger.to_dict(), "cause": cause}
     _measured_metrics(evidence, metrics)
     if job.distributed:
         metrics["distributed"] = job.distributed
@@ -252,6 +250,8 @@ def _measured_metrics(evidence: Evidence, out: dict[str, Any]) -> None:
         out["contention"] = evidence.contention.to_dict()
     if evidence.window_check is not None:
         out["window_check"] = evidence.window_check.to_dict()
+    if evidence.fit_probes is not None:
+        out["fit_probes"] = evidence.fit_probes.to_dict()
 
 
 def sync_cross_check(evidence: Evidence, summary: TraceSummary) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
 from lightning_bottleneck.measure.fit_probes import FitProbes
 from lightning_bottleneck.measure.loader_ladder import BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.output.report import Report, ledger_cause
 from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.rules.fit import fit_findings, growth_factor
 
@@ -58,7 +58,7 @@ def test_validation_every_ten_batches_is_the_verdict_with_val_check_interval_fir
     ledger.validation_loader_wait_s, ledger.validation_compute_s = 8.0, 1.0
     report = diagnose(_evidence(ledger))
     assert report.primary == Category.REST_OF_FIT
-    assert report.metrics["ledger"]["cause"] == "validation"
+    assert ledger_cause(report, ledger) == "validation"
     first = report.findings[0]
     assert first.kind == FindingKind.REST_OF_FIT and first.evidence["part"] == "validation"
     assert first.evidence["share_of_fit"] > 0.8
@@ -109,7 +109,7 @@ def test_checkpoint_every_five_steps_is_advised_every_fifty_on_model_checkpoint(
     ledger.checkpoint_saves = 40
     report = diagnose(_evidence(ledger))
     assert report.primary == Category.REST_OF_FIT
-    assert report.metrics["ledger"]["cause"] == "checkpointing"
+    assert ledger_cause(report, ledger) == "checkpointing"
     rec = report.recommendations[0]
     assert rec.where == "ModelCheckpoint" and rec.settings == {"every_n_train_steps": 50}
     assert rec.saved_s == pytest.approx(36 * 0.2, rel=1e-3)
@@ -122,7 +122,7 @@ def test_logging_every_step_is_advised_lightnings_default_interval() -> None:
     ledger.log_calls = STEPS
     report = diagnose(_evidence(ledger))
     rec = report.recommendations[0]
-    assert report.metrics["ledger"]["cause"] == "logging"
+    assert ledger_cause(report, ledger) == "logging"
     assert rec.settings == {"log_every_n_steps": 10} or rec.settings == {"log_every_n_steps": 50}
     assert rec.where == "Trainer"
     interval = rec.settings["log_every_n_steps"]
@@ -189,3 +189,16 @@ def test_in_step_and_rest_of_fit_candidates_compete_on_whole_fit_seconds() -> No
     for r in report.recommendations:
         if r.saved_s and r.expected_speedup:
             assert math.isclose(r.expected_speedup, ledger.fit_s / (ledger.fit_s - r.saved_s), rel_tol=0.02)
+
+
+def test_shares_and_speedups_leave_out_the_diagnosis_itself() -> None:
+    """The callback's own measurement stage is no part of the user's fit: shares are of the fit without it."""
+    ledger = _ledger(checkpointing=1.0, diagnosis=20.0)
+    ledger.checkpoint_saves = 40
+    finding = fit_findings(_evidence(ledger))[0]
+    assert finding.evidence["part"] == "checkpointing"
+    assert finding.evidence["fit_s"] == pytest.approx(ledger.fit_s - 20.0, rel=1e-6)
+    rec = diagnose(_evidence(ledger)).recommendations[0]
+    own = ledger.fit_s - 20.0
+    assert rec.saved_s is not None
+    assert rec.expected_speedup == pytest.approx(own / (own - rec.saved_s), rel=1e-3)

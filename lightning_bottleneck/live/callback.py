@@ -523,6 +523,7 @@ class BottleneckCallback(Callback):
                 num_workers=config.num_workers,
                 persistent_workers=config.persistent_workers,
                 agree=self._gather.agree if self._world_size > 1 else None,
+                ledger=self._ledger.snapshot() if self._ledger is not None else None,
             )
         finally:
             self._batch = None

@@ -32,6 +32,7 @@ from statistics import median
 from typing import Any
 
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck, check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import FitPart, Share
@@ -234,7 +235,7 @@ def measure(
     num_workers: int | None = None,
     persistent_workers: bool | None = None,
     agree: Callable[[list[bool]], list[bool]] | None = None,
-    ledger: Any = None,
+    ledger: FitLedger | None = None,
 ) -> Measured:
     """Run every part of the stage that applies; a part that fails becomes a note.
 
@@ -268,14 +269,16 @@ def measure(
     return out
 
 
-def wants_val_probe(ledger: Any) -> bool:
+def wants_val_probe(ledger: FitLedger | None) -> bool:
     """Probe the val loader when validation is a material share of the fit so far and its DataLoader wait is
     most of it (rules/thresholds.py: FIT_PART_SHARE_MEDIUM, VAL_LOADER_WAIT_SHARE_MIN)."""
-    if ledger is None or getattr(ledger, "fit_s", 0.0) <= 0 or not getattr(ledger, "validation_runs", 0):
+    from lightning_bottleneck.rules.fit import own_fit_s
+
+    if ledger is None or own_fit_s(ledger) <= 0 or not ledger.validation_runs:
         return False
     val_s = float(ledger.parts.get(FitPart.VALIDATION, 0.0))
     return (
-        val_s >= thresholds.FIT_PART_SHARE_MEDIUM * ledger.fit_s
+        val_s >= thresholds.FIT_PART_SHARE_MEDIUM * own_fit_s(ledger)
         and ledger.validation_loader_wait_s >= thresholds.VAL_LOADER_WAIT_SHARE_MIN * val_s
     )
 

@@ -43,6 +43,7 @@ __all__ = [
     "fit_findings",
     "fit_levers",
     "growth_factor",
+    "own_fit_s",
 ]
 
 COMPUTED = "computed"
@@ -124,6 +125,12 @@ class PartRule:
 # ------------------------------------------------------------------------------------------- arithmetic
 
 
+def own_fit_s(ledger: FitLedger) -> float:
+    """The fit's wall time without this package's own work (the DIAGNOSIS part: the measurement stage, the
+    verdicts): what the run takes without the callback, which every share and speed-up here is of."""
+    return max(0.0, ledger.fit_s - ledger.parts.get(FitPart.DIAGNOSIS, 0.0))
+
+
 def growth_factor(part_s: float, fit_s: float) -> int:
     """How many times less often a part must run to take at most FIT_PART_TARGET_SHARE of the fit.
 
@@ -161,7 +168,7 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     if runs <= 0 or val_s <= 0 or steps <= 0:
         return []
     per = val_s / runs
-    k = growth_factor(val_s, ledger.fit_s)
+    k = growth_factor(val_s, own_fit_s(ledger))
     out: list[FitLever] = []
     spe = _steps_per_epoch(ledger, evidence)
     interval = max(1, round(steps / runs))  # training batches between validations today
@@ -291,7 +298,7 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
         return []
     per = ckpt / saves
     out: list[FitLever] = []
-    k = growth_factor(ckpt, ledger.fit_s)
+    k = growth_factor(ckpt, own_fit_s(ledger))
     interval = max(1, round(steps / saves))
     if k > 1 and saves > 1:
         new = interval * k
@@ -349,7 +356,7 @@ def logging_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     writes_s = max(0.0, log_s - ledger.self_log_s)  # logger writes and the metric computation at log time
     if calls > 0 and writes_s > 0:
         interval = max(1, round(steps / calls))
-        new = max(interval * growth_factor(writes_s, ledger.fit_s), T.LIGHTNING_LOG_EVERY_N_STEPS)
+        new = max(interval * growth_factor(writes_s, own_fit_s(ledger)), T.LIGHTNING_LOG_EVERY_N_STEPS)
         new = min(new, interval * T.FIT_INTERVAL_GROWTH_MAX)
         if new > interval:
             frac = 1.0 - interval / new
@@ -402,7 +409,7 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     ev = {"callback": cls, "hook": method, "calls": hook.calls, "per_call_s": round(per_call, 6)}
     if knob is not None:
         cur = max(1, int(knobs[knob]))
-        k = growth_factor(hook.seconds, ledger.fit_s)
+        k = growth_factor(hook.seconds, own_fit_s(ledger))
         if k > 1:
             new = cur * k
             return [
@@ -506,12 +513,13 @@ def fit_levers(evidence: Evidence) -> list[FitLever]:
 def fit_findings(evidence: Evidence) -> list[Finding]:
     """One finding per part of the fit past its medium threshold, with its levers as evidence."""
     ledger = evidence.ledger
-    if ledger is None or ledger.fit_s <= 0:
+    fit_s = own_fit_s(ledger) if ledger is not None else 0.0
+    if ledger is None or fit_s <= 0:
         return []
     out: list[Finding] = []
     for rule in PART_RULES:
         seconds = ledger.parts.get(rule.part, 0.0)
-        share = seconds / ledger.fit_s
+        share = seconds / fit_s
         if share < rule.medium:
             continue
         levers = [lv for lv in rule.levers(ledger, evidence) if lv.saved_s > 0]
@@ -520,14 +528,14 @@ def fit_findings(evidence: Evidence) -> list[Finding]:
                 kind=FindingKind.REST_OF_FIT,
                 severity=Severity.HIGH if share >= rule.high else Severity.MEDIUM,
                 summary=(
-                    f"{share:.0%} of the fit ({_s(seconds)} of {_s(ledger.fit_s)}) is {rule.what}"
+                    f"{share:.0%} of the fit ({_s(seconds)} of {_s(fit_s)}) is {rule.what}"
                     f"{_detail(ledger, rule.part)}."
                 ),
                 evidence={
                     "part": rule.part.value,
                     "share_of_fit": round(share, 4),
                     "seconds": round(seconds, 4),
-                    "fit_s": round(ledger.fit_s, 4),
+                    "fit_s": round(fit_s, 4),
                     "threshold_medium": rule.medium,
                     "threshold_high": rule.high,
                     "levers": [lv.to_dict() for lv in levers],

@@ -39,7 +39,7 @@ from lightning_bottleneck.measure.trial_results import TrialResult
 from lightning_bottleneck.output.report import Finding
 from lightning_bottleneck.rules import Verdict, mixed_precision_open
 from lightning_bottleneck.rules import thresholds as T
-from lightning_bottleneck.rules.fit import COMPUTED, fit_levers
+from lightning_bottleneck.rules.fit import COMPUTED, fit_levers, own_fit_s
 from lightning_bottleneck.stats import median
 
 __all__ = [
@@ -128,8 +128,8 @@ class RunAccount:
     epochs: float | None
     stall_ms: float  # extra wait of an epoch's first batch (0 when none was seen)
     lost_s: dict[str, float] = field(default_factory=dict)  # bucket -> seconds lost over the run
-    # the whole fit's wall time per training step (the ledger's fit_s / train_steps): validation,
-    # checkpoints, logging ... included; None without a ledger (offline, a trace alone)
+    # the whole fit's wall time per training step (the ledger's fit_s without this package's own work, over
+    # train_steps): validation, checkpoints, logging ... included; None without a ledger (offline, a trace alone)
     fit_ms_per_step: float | None = None
 
     @property
@@ -258,8 +258,8 @@ def run_account(evidence: Evidence, breakdown: dict[str, float], step_ms: float 
     stall_ms = _stall_ms(evidence)
     ledger = evidence.ledger
     fit_ms: float | None = None
-    if ledger is not None and ledger.train_steps > 0 and ledger.fit_s > 0:
-        fit_ms = ledger.fit_s * 1e3 / ledger.train_steps
+    if ledger is not None and ledger.train_steps > 0 and own_fit_s(ledger) > 0:
+        fit_ms = own_fit_s(ledger) * 1e3 / ledger.train_steps
         if not total:  # the ledger saw the whole fit (offline, from a report)
             total = ledger.train_steps
             epochs = epochs or float(ledger.epochs or 0) or None
