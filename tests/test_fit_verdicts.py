@@ -6,6 +6,12 @@ Pure tests on hand-built ledgers (fast), then real tiny Lightning fits with each
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,3 +208,173 @@ def test_shares_and_speedups_leave_out_the_diagnosis_itself() -> None:
     own = ledger.fit_s - 20.0
     assert rec.saved_s is not None
     assert rec.expected_speedup == pytest.approx(own / (own - rec.saved_s), rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------- real fits
+
+
+@pytest.fixture(scope="module")
+def busy_core() -> Iterator[None]:
+    """Another process keeps one core busy for every real fit below (verdict tests must hold then)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _fit(
+    root: Path,
+    model: Any,
+    val: Any = None,
+    callbacks: list[Any] | None = None,
+    callback_kwargs: dict[str, Any] | None = None,
+    **trainer: Any,
+) -> Report:
+    import torch
+
+    from lightning_bottleneck import BottleneckCallback
+
+    from conftest import quiet_trainer
+    from scenarios import in_memory
+
+    torch.manual_seed(0)
+    kwargs: dict[str, Any] = {
+        "wait": 2,
+        "warmup": 2,
+        "active": 4,
+        "verbose": False,
+        "probe_loader": False,
+        "trial_budget_s": 0,
+        **(callback_kwargs or {}),
+    }
+    cb = BottleneckCallback(**kwargs)
+    from torch.utils.data import DataLoader
+
+    train = DataLoader(in_memory(480, 32), batch_size=16)  # 30 steps
+    options: dict[str, Any] = {"max_epochs": 1, **trainer}
+    if val is None:
+        options.setdefault("limit_val_batches", 0)
+    t = quiet_trainer(root, [*(callbacks or []), cb], **options)
+    t.fit(model, train, val)
+    assert cb.report is not None
+    return cb.report
+
+
+def _slow_val(n: int = 64, delay_s: float = 0.004) -> Any:
+    from torch.utils.data import DataLoader
+
+    from scenarios import SlowDataset
+
+    return DataLoader(SlowDataset(n=n, delay_s=delay_s), batch_size=16)
+
+
+def _regressor(**kw: Any) -> Any:
+    from scenarios import Regressor
+
+    return Regressor(**kw)
+
+
+def _cause(report: Report) -> str | None:
+    return (report.metrics.get("ledger") or {}).get("cause")
+
+
+def test_fit_validating_every_five_batches_over_a_slow_val_loader(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(tmp_path, _regressor(), _slow_val(), val_check_interval=5)
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "validation"
+    top = report.findings[0]
+    assert top.kind == FindingKind.REST_OF_FIT and top.evidence["part"] == "validation"
+    assert top.evidence["share_of_fit"] >= T.FIT_PART_SHARE_HIGH
+    assert "waiting for the val DataLoader" in top.summary
+    rec = report.recommendations[0]
+    assert rec.where == "Trainer" and set(rec.settings) == {"val_check_interval"}
+    assert rec.settings["val_check_interval"] in (
+        10,
+        15,
+        20,
+        25,
+        30,
+    )  # a multiple of 5, one validation at least
+    assert rec.method == "computed" and rec.expected_speedup and rec.expected_speedup > 1.3
+
+
+def test_fit_val_loader_probe_measures_val_workers(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(
+        tmp_path,
+        _regressor(),
+        _slow_val(n=128),
+        val_check_interval=10,
+        callback_kwargs={"probe_loader": True, "loader_budget_s": 3.0},
+    )
+    probes = report.metrics.get("fit_probes") or {}
+    assert probes.get("val_ladder") and probes["val_num_workers"] == 0, report.notes
+    rec = next((r for r in report.recommendations if r.where == "val DataLoader"), None)
+    assert rec is not None, [r.title for r in report.recommendations]
+    assert rec.settings["num_workers"] >= 2 and rec.method == "measured", (probes, rec)
+
+
+def test_fit_checkpointing_every_two_steps(tmp_path: Path, busy_core: None) -> None:
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    model = _regressor()
+    model.register_buffer("big", torch.zeros(8 * 2**20))  # 32 MB in every checkpoint
+    ckpt = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2)
+    report = _fit(tmp_path, model, callbacks=[ckpt], enable_checkpointing=True)
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "checkpointing"
+    assert report.findings[0].evidence["part"] == "checkpointing"
+    assert report.metrics["ledger"]["checkpoint_saves"] >= 10
+    rec = report.recommendations[0]
+    assert rec.where == "ModelCheckpoint" and set(rec.settings) == {"every_n_train_steps"}
+    assert rec.settings["every_n_train_steps"] % 2 == 0 and rec.settings["every_n_train_steps"] >= 6
+
+
+class _SlowLogger:
+    """A logger whose writes take 40 ms (a remote tracking server)."""
+
+    @staticmethod
+    def make() -> Any:
+        from lightning.pytorch.loggers import Logger
+
+        class SlowLogger(Logger):
+            name = "slow"  # type: ignore[assignment]
+            version = "0"  # type: ignore[assignment]
+
+            def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+                time.sleep(0.04)
+
+            def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+                pass
+
+        return SlowLogger()
+
+
+def test_fit_logging_every_step_to_a_slow_logger(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(tmp_path, _regressor(), logger=_SlowLogger.make(), log_every_n_steps=1)
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "logging"
+    rec = report.recommendations[0]
+    assert rec.where == "Trainer" and set(rec.settings) == {"log_every_n_steps"}
+    assert rec.settings["log_every_n_steps"] >= 5
+
+
+def test_fit_a_heavy_user_callback_is_named_with_its_knob(tmp_path: Path, busy_core: None) -> None:
+    import lightning.pytorch as pl
+
+    class SlowStats(pl.Callback):
+        def __init__(self, every_n_steps: int = 1) -> None:
+            self.every_n_steps = every_n_steps
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+            if trainer.global_step % self.every_n_steps == 0:
+                time.sleep(0.04)
+
+    report = _fit(tmp_path, _regressor(), callbacks=[SlowStats()])
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "callbacks"
+    assert "SlowStats.on_train_batch_end" in report.findings[0].summary
+    rec = report.recommendations[0]
+    assert rec.where == "SlowStats" and rec.settings == {"every_n_steps": 10}

@@ -180,7 +180,7 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             settings: dict[str, Any] = {"check_val_every_n_epoch": every}
             how = f"every {every} epochs instead of every {max(1, round(interval / spe))}"
         else:
-            new = interval * k
+            new = min(interval * k, max(interval, steps))  # at least one validation left in the fit
             new_runs = steps // new
             settings = {"val_check_interval": new}
             if spe is not None and new > spe:
@@ -301,7 +301,7 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     k = growth_factor(ckpt, own_fit_s(ledger))
     interval = max(1, round(steps / saves))
     if k > 1 and saves > 1:
-        new = interval * k
+        new = min(interval * k, max(interval, steps))  # at least one save left in the fit
         new_saves = max(1, steps // new)
         avoided = max(0, saves - new_saves)
         step_s = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) / steps

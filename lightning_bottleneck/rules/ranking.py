@@ -33,7 +33,7 @@ from lightning_bottleneck.advice.loader_plan import (
     plan_from_timing,
     plan_loader,
 )
-from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
+from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, FitPart, Severity, Share
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.measure.trial_results import TrialResult
 from lightning_bottleneck.output.report import Finding
@@ -260,6 +260,12 @@ def run_account(evidence: Evidence, breakdown: dict[str, float], step_ms: float 
     fit_ms: float | None = None
     if ledger is not None and ledger.train_steps > 0 and own_fit_s(ledger) > 0:
         fit_ms = own_fit_s(ledger) * 1e3 / ledger.train_steps
+        # The step timer (and a profiled step) spans the loop from batch to batch, so it also holds what runs
+        # between two steps: logger writes, other callbacks' batch hooks. The ledger books those to their own
+        # parts; the in-step fixes work on the training step alone, at most the ledger's mean step.
+        ledger_step_ms = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps
+        if step_ms and 0 < ledger_step_ms < step_ms:
+            step_ms = ledger_step_ms
         if not total:  # the ledger saw the whole fit (offline, from a report)
             total = ledger.train_steps
             epochs = epochs or float(ledger.epochs or 0) or None
