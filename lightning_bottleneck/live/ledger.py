@@ -165,7 +165,7 @@ class _Timed:
 
 
 class _Count:
-    """An action only counted (its time stays with the slot around it)."""
+    """An action only counted when it completes (its time stays with the slot around it)."""
 
     __slots__ = ("calls", "slot")
 
@@ -174,10 +174,11 @@ class _Count:
         self.slot = slot
 
     def __enter__(self) -> None:
-        self.calls[self.slot] += 1
-
-    def __exit__(self, *exc: object) -> None:
         return None
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.calls[self.slot] += 1
 
 
 class _Epoch:
@@ -293,7 +294,7 @@ class _Forwarded:
         try:
             return self.cm.__exit__(*exc)
         finally:
-            self.ours.__exit__(None, None, None)
+            self.ours.__exit__(*exc)
 
 
 _OWN = frozenset({"_user", "_ledger", "_ctxs", "_forward"})
