@@ -378,3 +378,19 @@ def test_fit_a_heavy_user_callback_is_named_with_its_knob(tmp_path: Path, busy_c
     assert "SlowStats.on_train_batch_end" in report.findings[0].summary
     rec = report.recommendations[0]
     assert rec.where == "SlowStats" and rec.settings == {"every_n_steps": 10}
+
+
+def test_fit_a_slow_sanity_check_in_a_short_fit(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(
+        tmp_path,
+        _regressor(),
+        _slow_val(n=64, delay_s=0.02),  # 320 ms per val batch
+        num_sanity_val_steps=2,
+        check_val_every_n_epoch=2,  # no validation in this one-epoch fit: only the sanity check
+    )
+    assert report.metrics["ledger"]["sanity_batches"] == 2
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "sanity_check"
+    rec = report.recommendations[0]
+    assert rec.where == "Trainer" and rec.settings == {"num_sanity_val_steps": 0}
+    assert "first validation" in rec.detail
