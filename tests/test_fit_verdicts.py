@@ -394,3 +394,10 @@ def test_fit_a_slow_sanity_check_in_a_short_fit(tmp_path: Path, busy_core: None)
     rec = report.recommendations[0]
     assert rec.where == "Trainer" and rec.settings == {"num_sanity_val_steps": 0}
     assert "first validation" in rec.detail
+
+
+def test_a_rest_of_fit_verdict_rests_on_the_ledger_not_on_the_profiled_window() -> None:
+    ledger = _ledger(validation=9.0)
+    ledger.validation_runs, ledger.validation_batches = 20, 80
+    report = diagnose(_evidence(ledger))  # no trace: an in-step verdict would be capped by the short window
+    assert report.primary == Category.REST_OF_FIT and report.confidence >= 0.9

@@ -672,6 +672,8 @@ def confidence(
     second = positive[1] if len(positive) > 1 else 0.0
     margin = top / (top + second)
     window = min(1.0, steps_profiled / T.CONFIDENT_STEPS) if from_trace else 0.6
+    if ranking.primary == Category.REST_OF_FIT:
+        window = 1.0  # its evidence is the ledger of the whole fit, not the profiled window
     conf = margin * window
     notes: list[str] = []
     if step_samples_ms and len(step_samples_ms) >= 3:
