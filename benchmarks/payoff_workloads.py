@@ -138,6 +138,8 @@ class FitMLP(MLP):
     ) -> None:
         super().__init__(dim, width, depth)
         self.metrics, self.log_kw = metrics, {"on_step": True, **log_kw}
+        if not self.log_kw["on_step"]:  # followed the advice: reduced once per epoch instead
+            self.log_kw.setdefault("on_epoch", True)
         if buffer_mb:
             self.register_buffer("big", torch.zeros(buffer_mb * 2**20 // 4))
 
@@ -541,6 +543,9 @@ def build(
                 ddp_kw[k] = getattr(default_hooks, str(v))
             else:
                 ddp_kw[k] = v
+        elif k == "compile" and v and isinstance(model, FitMLP):
+            # its training_step calls self.log, which dynamo cannot trace: compile the network it runs
+            model.net = torch.compile(model.net, mode=settings.get("compile_mode") or None)  # type: ignore[assignment]
         elif k == "compile" and v:
             model = torch.compile(model, mode=settings.get("compile_mode") or None)  # type: ignore[assignment]
         elif k == "compile_mode":
