@@ -283,6 +283,32 @@ def test_a_user_callback_is_named_by_class_and_hook_with_self_time(tmp_path: Pat
     assert ledger.parts[FitPart.TRAINING_STEPS] < ledger.parts[FitPart.CALLBACKS]
 
 
+def test_the_ledger_is_shown_where_people_look(tmp_path: Path) -> None:
+    """Terminal line, HTML card, scalars; ``analyze`` on the run folder shows it, on a bare trace says why not."""
+    from lightning_bottleneck.live.verdict_outputs import verdict_scalars
+    from lightning_bottleneck.offline import analyze_paths
+    from lightning_bottleneck.output.html import render_html
+    from lightning_bottleneck.output.text import NO_LEDGER, render_text
+
+    Sleepy.slept = Slept()
+    _, cb, ledger = _fit(tmp_path, callbacks=[Sleepy()], max_steps=20)
+    assert cb.report is not None
+    text = render_text(cb.report)
+    line = next(x.strip() for x in text.splitlines() if x.strip().startswith("fit "))
+    assert "callbacks" in line and "(most: Sleepy.on_train_batch_end)" in line
+    assert text.index(line) < text.index("breakdown:")  # before the in-step breakdown
+    assert "The whole fit" in render_html(cb.report)
+    scalars = verdict_scalars(cb.report)
+    assert scalars["bottleneck/fit_share/callbacks"] == pytest.approx(ledger.share(FitPart.CALLBACKS))
+
+    offline = analyze_paths([tmp_path])
+    assert FitLedger.from_dict(offline.metrics["ledger"]) == ledger
+    assert line in render_text(offline)
+    bare = analyze_paths(cb.report.trace_files)
+    assert "ledger" not in bare.metrics
+    assert NO_LEDGER in render_text(bare)
+
+
 @pytest.mark.parametrize("name", ["simple", "advanced"])
 def test_the_users_profiler_keeps_working_and_keeps_its_output(tmp_path: Path, name: str) -> None:
     from lightning.pytorch.profilers import AdvancedProfiler, SimpleProfiler
