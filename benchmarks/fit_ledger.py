@@ -118,9 +118,7 @@ def ledger_for_replay() -> Any:
     from scenarios import Regressor
 
     cb = BottleneckCallback()
-    trainer = pl.Trainer(
-        accelerator="cpu", callbacks=[cb], logger=False, default_root_dir=tempfile.mkdtemp()
-    )
+    trainer = pl.Trainer(accelerator="cpu", callbacks=[cb], logger=False, default_root_dir=tempfile.mkdtemp())
     return LiveLedger(trainer, Regressor(), cb)
 
 
@@ -156,7 +154,9 @@ def cost(steps: int, rounds: int) -> None:
     print(f"one training step of a default Trainer goes through trainer.profiler {actions} times")
     for name, ts in times.items():
         print(f"  {name:<30} {statistics.median(ts) * 1e6:7.2f} us/step (median of {rounds} rounds)")
-    diff = statistics.median(times["LedgerProfiler"]) - statistics.median(times["PassThroughProfiler (today)"])
+    diff = statistics.median(times["LedgerProfiler"]) - statistics.median(
+        times["PassThroughProfiler (today)"]
+    )
     print(f"  ledger minus today's profiler path: {diff * 1e6:+.2f} us/step")
     print(
         f"  wrapped methods: {per_wrap * 1e6:.2f} us per call x {calls:.0f} calls/step = "
@@ -218,7 +218,9 @@ def coverage(only: set[str], skip_workloads: bool) -> None:
 def main() -> None:
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("cost")
     c.add_argument("--steps", type=int, default=20000)

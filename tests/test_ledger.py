@@ -265,6 +265,14 @@ def test_a_slow_logger_every_step_is_logging(tmp_path: Path) -> None:
     assert ledger.self_log_calls == 30
 
 
+def test_a_model_logging_many_metrics_every_step_is_logging(tmp_path: Path) -> None:
+    _, _, ledger = _fit(tmp_path, model=Tiny(logs_per_step=25), max_steps=20)
+    assert ledger.self_log_calls == 25 * 20
+    assert 0 < ledger.self_log_s <= ledger.parts[FitPart.LOGGING]
+    # 25 self.log calls cost more than this model's forward, backward and optimizer step
+    assert ledger.parts[FitPart.LOGGING] > ledger.parts[FitPart.TRAINING_STEPS]
+
+
 class Sleepy(pl.Callback):
     slept = Slept()
 
