@@ -350,3 +350,28 @@ def test_an_exception_puts_lightning_back_and_still_reports_the_ledger(tmp_path:
     _assert_lightning_restored(trainer, user)
     assert cb.report is not None
     assert cb.report.metrics["ledger"]["train_steps"] == 6
+
+
+def test_a_rest_of_fit_verdict_names_its_part_in_the_headline() -> None:
+    from lightning_bottleneck.analysis.ledger import ledger_metrics
+    from lightning_bottleneck.categories import Category, FindingKind, Severity
+    from lightning_bottleneck.output.report import Finding, Report, ledger_cause
+    from lightning_bottleneck.output.text import headline
+
+    ledger = _ledger(fit_s=10.0, training_steps=3.0, validation=6.0)
+    report = Report(
+        primary=Category.REST_OF_FIT,
+        confidence=0.8,
+        steps_observed=100,
+        steps_profiled=5,
+        step_time_ms=None,
+        breakdown={},
+    )
+    assert ledger_cause(report, ledger) == "validation"  # no finding: the largest part outside the step
+    report.findings.append(
+        Finding(FindingKind.REST_OF_FIT, Severity.HIGH, "checkpoints", {"part": "checkpointing"})
+    )
+    assert ledger_cause(report, ledger) == "checkpointing"  # the finding's part wins
+    report.findings.clear()
+    report.metrics["ledger"] = ledger_metrics(ledger, [], ledger_cause(report, ledger))
+    assert headline(report) == "rest-of-fit-bound: validation takes 60% of fit (confidence 80%)"
