@@ -375,3 +375,38 @@ def test_a_rest_of_fit_verdict_names_its_part_in_the_headline() -> None:
     report.findings.clear()
     report.metrics["ledger"] = ledger_metrics(ledger, [], ledger_cause(report, ledger))
     assert headline(report) == "rest-of-fit-bound: validation takes 60% of fit (confidence 80%)"
+
+
+class FrozenProfilerTrainer(pl.Trainer):
+    """A Trainer whose ``profiler`` cannot be replaced once set (as a future Lightning might have it)."""
+
+    @property
+    def profiler(self) -> Any:
+        return self.__dict__["_frozen_profiler"]
+
+    @profiler.setter
+    def profiler(self, value: Any) -> None:
+        if "_frozen_profiler" in self.__dict__:
+            raise AttributeError("profiler is read-only")
+        self.__dict__["_frozen_profiler"] = value
+
+
+def test_a_trainer_that_refuses_the_ledger_gets_one_warning_and_the_rest_of_the_analysis(
+    tmp_path: Path,
+) -> None:
+    cb = _callback()
+    trainer = FrozenProfilerTrainer(
+        accelerator="cpu",
+        default_root_dir=str(tmp_path),
+        callbacks=[cb],
+        max_steps=8,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    with pytest.warns(UserWarning, match="no fit ledger for this run"):
+        trainer.fit(Tiny(), DataLoader(Data(160), batch_size=8))
+    assert cb.report is not None and cb.report.steps_observed == 8
+    assert "ledger" not in cb.report.metrics
+    assert "run" not in vars(trainer.fit_loop)
