@@ -265,6 +265,14 @@ def test_a_slow_logger_every_step_is_logging(tmp_path: Path) -> None:
     assert ledger.self_log_calls == 30
 
 
+def test_a_model_logging_many_metrics_every_step_is_logging(tmp_path: Path) -> None:
+    _, _, ledger = _fit(tmp_path, model=Tiny(logs_per_step=25), max_steps=20)
+    assert ledger.self_log_calls == 25 * 20
+    assert 0 < ledger.self_log_s <= ledger.parts[FitPart.LOGGING]
+    # 25 self.log calls cost more than this model's forward, backward and optimizer step
+    assert ledger.parts[FitPart.LOGGING] > ledger.parts[FitPart.TRAINING_STEPS]
+
+
 class Sleepy(pl.Callback):
     slept = Slept()
 
@@ -281,6 +289,32 @@ def test_a_user_callback_is_named_by_class_and_hook_with_self_time(tmp_path: Pat
     assert ledger.parts[FitPart.CALLBACKS] >= hook.seconds
     # the sleep is outside the training steps: a step of this model is well under 10 ms
     assert ledger.parts[FitPart.TRAINING_STEPS] < ledger.parts[FitPart.CALLBACKS]
+
+
+def test_the_ledger_is_shown_where_people_look(tmp_path: Path) -> None:
+    """Terminal line, HTML card, scalars; ``analyze`` on the run folder shows it, on a bare trace says why not."""
+    from lightning_bottleneck.live.verdict_outputs import verdict_scalars
+    from lightning_bottleneck.offline import analyze_paths
+    from lightning_bottleneck.output.html import render_html
+    from lightning_bottleneck.output.text import NO_LEDGER, render_text
+
+    Sleepy.slept = Slept()
+    _, cb, ledger = _fit(tmp_path, callbacks=[Sleepy()], max_steps=20)
+    assert cb.report is not None
+    text = render_text(cb.report)
+    line = next(x.strip() for x in text.splitlines() if x.strip().startswith("fit "))
+    assert "callbacks" in line and "(most: Sleepy.on_train_batch_end)" in line
+    assert text.index(line) < text.index("breakdown:")  # before the in-step breakdown
+    assert "The whole fit" in render_html(cb.report)
+    scalars = verdict_scalars(cb.report)
+    assert scalars["bottleneck/fit_share/callbacks"] == pytest.approx(ledger.share(FitPart.CALLBACKS))
+
+    offline = analyze_paths([tmp_path])
+    assert FitLedger.from_dict(offline.metrics["ledger"]) == ledger
+    assert line in render_text(offline)
+    bare = analyze_paths(cb.report.trace_files)
+    assert "ledger" not in bare.metrics
+    assert NO_LEDGER in render_text(bare)
 
 
 @pytest.mark.parametrize("name", ["simple", "advanced"])
@@ -316,3 +350,63 @@ def test_an_exception_puts_lightning_back_and_still_reports_the_ledger(tmp_path:
     _assert_lightning_restored(trainer, user)
     assert cb.report is not None
     assert cb.report.metrics["ledger"]["train_steps"] == 6
+
+
+def test_a_rest_of_fit_verdict_names_its_part_in_the_headline() -> None:
+    from lightning_bottleneck.analysis.ledger import ledger_metrics
+    from lightning_bottleneck.categories import Category, FindingKind, Severity
+    from lightning_bottleneck.output.report import Finding, Report, ledger_cause
+    from lightning_bottleneck.output.text import headline
+
+    ledger = _ledger(fit_s=10.0, training_steps=3.0, validation=6.0)
+    report = Report(
+        primary=Category.REST_OF_FIT,
+        confidence=0.8,
+        steps_observed=100,
+        steps_profiled=5,
+        step_time_ms=None,
+        breakdown={},
+    )
+    assert ledger_cause(report, ledger) == "validation"  # no finding: the largest part outside the step
+    report.findings.append(
+        Finding(FindingKind.REST_OF_FIT, Severity.HIGH, "checkpoints", {"part": "checkpointing"})
+    )
+    assert ledger_cause(report, ledger) == "checkpointing"  # the finding's part wins
+    report.findings.clear()
+    report.metrics["ledger"] = ledger_metrics(ledger, [], ledger_cause(report, ledger))
+    assert headline(report) == "rest-of-fit-bound: validation takes 60% of fit (confidence 80%)"
+
+
+class FrozenProfilerTrainer(pl.Trainer):
+    """A Trainer whose ``profiler`` cannot be replaced once set (as a future Lightning might have it)."""
+
+    @property
+    def profiler(self) -> Any:
+        return self.__dict__["_frozen_profiler"]
+
+    @profiler.setter
+    def profiler(self, value: Any) -> None:
+        if "_frozen_profiler" in self.__dict__:
+            raise AttributeError("profiler is read-only")
+        self.__dict__["_frozen_profiler"] = value
+
+
+def test_a_trainer_that_refuses_the_ledger_gets_one_warning_and_the_rest_of_the_analysis(
+    tmp_path: Path,
+) -> None:
+    cb = _callback()
+    trainer = FrozenProfilerTrainer(
+        accelerator="cpu",
+        default_root_dir=str(tmp_path),
+        callbacks=[cb],
+        max_steps=8,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    with pytest.warns(UserWarning, match="no fit ledger for this run"):
+        trainer.fit(Tiny(), DataLoader(Data(160), batch_size=8))
+    assert cb.report is not None and cb.report.steps_observed == 8
+    assert "ledger" not in cb.report.metrics
+    assert "run" not in vars(trainer.fit_loop)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -418,13 +419,22 @@ class LiveLedger:
 
     # ------------------------------------------------------------------ install / uninstall
     @classmethod
-    def install(cls, trainer: Any, pl_module: Any, owner: Callback) -> LiveLedger:
-        ledger = cls(trainer, pl_module, owner)
+    def install(cls, trainer: Any, pl_module: Any, owner: Callback) -> LiveLedger | None:
+        """The ledger for this fit, installed; None (one warning, the callback goes on without a ledger) when
+        this Lightning version cannot take it, e.g. a read-only ``trainer.profiler``."""
+        ledger = None
         try:
+            ledger = cls(trainer, pl_module, owner)
             ledger._install()
-        except BaseException:
-            ledger.uninstall()
-            raise
+        except Exception as err:
+            if ledger is not None:
+                ledger.uninstall()
+            warnings.warn(
+                f"lightning-bottleneck: no fit ledger for this run ({type(err).__name__}: {err}); "
+                "the rest of the analysis goes on.",
+                stacklevel=2,
+            )
+            return None
         return ledger
 
     def _install(self) -> None:

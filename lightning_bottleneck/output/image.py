@@ -39,6 +39,8 @@ _DPI = 100
 #: Monospace columns that fit the side panel at 8.5 pt in a 1200 px image (measured: ~6.1 px per glyph
 #: in DejaVu Sans Mono at 100 dpi over the panel's ~440 px).
 SNIPPET_COLUMNS = 66
+#: Characters of the fit's one-line ledger that fit the image's width at 10 pt (~6.9 px per glyph).
+FIT_LINE_COLUMNS = 168
 MISSING_NOTE = (
     "matplotlib is not installed: no picture in TensorBoard's Images tab (pip install matplotlib); "
     "bottleneck_report.html has the same chart."
@@ -101,7 +103,9 @@ def _figure(report: Report, phases: StepPhases | None, size: tuple[int, int]) ->
 
 def _fit_bar(fig: Any, report: Report, fit_s: float, items: list[tuple[str, str, float, float]]) -> None:
     """One horizontal bar of the whole fit by part (the ledger), labelled where a segment is wide enough."""
-    fig.text(0.015, 0.835, fit_line(report) or f"fit {fit_s:.1f} s", fontsize=10, color="#333", va="center")
+    line = fit_line(report) or f"fit {fit_s:.1f} s"
+    line = line if len(line) <= FIT_LINE_COLUMNS else line[: FIT_LINE_COLUMNS - 4] + " ..."
+    fig.text(0.015, 0.835, line, fontsize=10, color="#333", va="center")
     bar = fig.add_axes((0.015, 0.755, 0.97, 0.05))
     bar.set_xlim(0, 1)
     bar.set_ylim(0, 1)
