@@ -132,8 +132,9 @@ FIT_PART_TARGET_SHARE = 0.05
 # keeps the validation signal / checkpoint spacing the user chose recognisable (the measured example:
 # a checkpoint every 5 steps -> every 50 made that run 5.5-5.9x faster; fewer is a decision for the user).
 FIT_INTERVAL_GROWTH_MAX = 10
-# Lightning's own default ``log_every_n_steps`` (Trainer docs): a run logging more often is advised at least
-# this interval when logging is material.
+# Lightning's own default ``log_every_n_steps`` (Trainer docs): when logging is material, a run logging more often
+# is advised this interval (or the target share's, whichever is larger), at most FIT_INTERVAL_GROWTH_MAX times
+# its own interval.
 LIGHTNING_LOG_EVERY_N_STEPS = 50
 # AsyncCheckpointIO (lightning.pytorch.plugins.io) runs ``torch.save`` on a worker thread: the file write releases
 # the GIL, the pickling of the state dict does not, so on a busy host about half of a save stays on the training
