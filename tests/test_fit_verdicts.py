@@ -401,3 +401,11 @@ def test_a_rest_of_fit_verdict_rests_on_the_ledger_not_on_the_profiled_window() 
     ledger.validation_runs, ledger.validation_batches = 20, 80
     report = diagnose(_evidence(ledger))  # no trace: an in-step verdict would be capped by the short window
     assert report.primary == Category.REST_OF_FIT and report.confidence >= 0.9
+
+
+def test_a_single_validation_is_never_advised_away() -> None:
+    """One validation at the end of a one-epoch fit: no interval can drop it; fewer val batches can."""
+    ledger = _ledger(validation=3.0)
+    ledger.validation_runs, ledger.validation_batches = 1, 100
+    levers = fit_findings(_evidence(ledger))[0].evidence["levers"]
+    assert [lv["settings"] for lv in levers] == [{"limit_val_batches": 0.1}]

@@ -175,10 +175,11 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     per_epoch = spe is not None and interval >= spe  # validating once per epoch (or less often)
     if k > 1:
         if per_epoch and spe is not None:
-            every = max(1, round(interval / spe)) * k
+            now_every = max(1, round(interval / spe))
+            every = min(now_every * k, max(now_every, ledger.epochs))  # at least one validation left
             new_runs = steps // (every * spe)
             settings: dict[str, Any] = {"check_val_every_n_epoch": every}
-            how = f"every {every} epochs instead of every {max(1, round(interval / spe))}"
+            how = f"every {every} epochs instead of every {now_every}"
         else:
             new = min(interval * k, max(interval, steps))  # at least one validation left in the fit
             new_runs = steps // new
