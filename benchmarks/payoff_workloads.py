@@ -648,6 +648,10 @@ class FitSamples(pl.Callback):
 def run(name: str, mode: str, settings: dict[str, Any], out: Path, loader_plan: bool = False) -> None:
     warnings.filterwarnings("ignore")
     w = WORKLOADS[name]
+    if w.whole_fit:
+        # the tiny MLPs gain nothing from intra-op threads; one thread keeps their steps from waiting on a
+        # descheduled core on a busy host (which would stretch the step far more than the rest of the fit)
+        torch.set_num_threads(1)
     model, loader, trainer_kw, unapplied = build(w, settings)
     val_loader, callbacks, more = build_rest_of_fit(w, settings, out)
     unapplied += more
