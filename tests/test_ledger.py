@@ -174,7 +174,7 @@ def test_a_slow_val_loader_is_validation_time_split_into_loader_wait(tmp_path: P
     slept = Slept()
     trainer, _, ledger = _fit(
         tmp_path,
-        val=Data(16, sleep_s=0.01, slept=slept),
+        val=Data(16, sleep_s=0.02, slept=slept),
         max_epochs=2,
         val_check_interval=10,  # 2 validations per epoch of 20 batches
     )
