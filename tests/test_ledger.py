@@ -145,6 +145,7 @@ def _fit(
     train: Dataset | None = None,
     val: Dataset | None = None,
     callbacks: list | None = None,
+    unaccounted_max: float = UNACCOUNTED_MAX,
     **trainer_kwargs: Any,
 ) -> tuple[pl.Trainer, BottleneckCallback, FitLedger]:
     torch.manual_seed(0)
@@ -156,7 +157,7 @@ def _fit(
     d = cb.report.metrics["ledger"]
     ledger = FitLedger.from_dict(d)
     assert sum(ledger.parts.values()) == pytest.approx(ledger.fit_s, rel=1e-6)
-    assert ledger.share(FitPart.UNACCOUNTED) < UNACCOUNTED_MAX, d
+    assert ledger.share(FitPart.UNACCOUNTED) < unaccounted_max, d
     return trainer, cb, ledger
 
 
@@ -174,7 +175,7 @@ def test_a_slow_val_loader_is_validation_time_split_into_loader_wait(tmp_path: P
     slept = Slept()
     trainer, _, ledger = _fit(
         tmp_path,
-        val=Data(16, sleep_s=0.01, slept=slept),
+        val=Data(16, sleep_s=0.02, slept=slept),
         max_epochs=2,
         val_check_interval=10,  # 2 validations per epoch of 20 batches
     )
@@ -323,15 +324,25 @@ def test_the_users_profiler_keeps_working_and_keeps_its_output(tmp_path: Path, n
 
     kind = SimpleProfiler if name == "simple" else AdvancedProfiler
     profiler = kind(dirpath=str(tmp_path), filename="perf")
-    trainer, _, ledger = _fit(tmp_path, val=Data(8), profiler=profiler, max_steps=10, val_check_interval=5)
+    # The user's profiler runs on every action and slows Lightning's own loop code between two steps (what
+    # the ledger leaves unaccounted): on this toy's ~20 ms of fit per step that is up to ~3% of the fit on a
+    # loaded machine (0.3-0.5 ms a step), so the bound here is twice the usual one.
+    trainer, _, ledger = _fit(
+        tmp_path,
+        val=Data(8),
+        profiler=profiler,
+        max_steps=30,
+        val_check_interval=10,
+        unaccounted_max=2 * UNACCOUNTED_MAX,
+    )
     _assert_lightning_restored(trainer, profiler)
-    assert ledger.train_steps == 10 and ledger.validation_runs == 2
+    assert ledger.train_steps == 30 and ledger.validation_runs == 3
     out = next(tmp_path.glob("*perf*.txt")).read_text()
     assert "run_training_batch" in out
     assert "[_TrainingEpochLoop].train_dataloader_next" in out
     assert "[Callback]BottleneckCallback.on_train_batch_end" in out
     if name == "simple":
-        assert len(profiler.recorded_durations["run_training_batch"]) == 10
+        assert len(profiler.recorded_durations["run_training_batch"]) == 30
 
 
 class Boom(Tiny):

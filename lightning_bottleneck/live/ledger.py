@@ -450,8 +450,9 @@ class LiveLedger:
         for name in _CONNECTOR_METHODS:
             self._wrap(connector, name, self._timed(self.s_log))
         self._wrap(connector, "log_metrics", self._timed(self.s_log_metrics))
-        for name in ("log", "log_dict"):
-            self._wrap(self.pl_module, name, self._timed(self.s_self_log))
+        if not _compiled(self.pl_module):  # torch.compile would trace the wrapper inside the step
+            for name in ("log", "log_dict"):
+                self._wrap(self.pl_module, name, self._timed(self.s_self_log))
 
     def uninstall(self) -> None:
         """Put the user's profiler back and remove every bound; safe to call twice, never raises."""
@@ -608,6 +609,12 @@ def _overrides(obj: Any, hook: str, base: type) -> bool:
         return True
     mine = getattr(type(obj), hook, None)
     return mine is not None and mine is not getattr(base, hook, None)
+
+
+def _compiled(pl_module: Any) -> bool:
+    """Whether the LightningModule's steps run under torch.compile (``trainer.fit(torch.compile(model))``:
+    Lightning keeps the compiler context on the module), where ``self.log`` is traced by dynamo."""
+    return getattr(pl_module, "_compiler_ctx", None) is not None
 
 
 def _compile_seconds() -> float:
