@@ -132,6 +132,16 @@ class Outcome:
         }
 
 
+def placed(rec: dict[str, Any]) -> dict[str, Any]:
+    """The recommendation's settings, each key prefixed with where it goes when that is not the Trainer or the
+    train loader (``{"ModelCheckpoint.every_n_train_steps": 50}``: payoff_workloads.py puts it there)."""
+    settings = dict(rec.get("settings") or {})
+    where = rec.get("where")
+    if not where or where == "Trainer":
+        return settings
+    return {f"{where}.{k}": v for k, v in settings.items()}
+
+
 def _label(settings: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) or "(none)"
 
@@ -181,7 +191,7 @@ def evaluate(
             o.verdict += " (+plan)"
     if recs:
         o.advice = str(recs[0].get("title", "?"))
-        o.settings = dict(recs[0].get("settings") or {})
+        o.settings = placed(recs[0])
         pred, span = recs[0].get("expected_speedup"), recs[0].get("expected_speedup_range")
         o.predicted = float(pred) if isinstance(pred, (int, float)) else None
         if isinstance(span, list) and len(span) == 2:

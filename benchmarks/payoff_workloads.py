@@ -12,6 +12,14 @@ Settings are mapped the way a user would follow the advice: DataLoader arguments
 Trainer arguments onto the Trainer, DDP arguments onto ``DDPStrategy``, ``compile``/``compile_mode`` onto
 the model (``torch.compile``), ``float32_matmul_precision`` onto torch. Keys that need a code change
 (``sync_dist``, ``gradient_checkpointing``, ...) are reported as not applied.
+
+The rest of the fit's advice says where its settings go (``Recommendation.where``); a key written
+``"<where>.<name>"`` goes there: ``"val DataLoader.num_workers"`` onto the val loader,
+``"ModelCheckpoint.every_n_train_steps"`` onto the workload's ModelCheckpoint, ``"self.log.on_step"`` onto the
+workload model's one ``self.log`` call, ``"<CallbackClass>.<arg>"`` onto the workload's own callback;
+``plugins="AsyncCheckpointIO"`` becomes ``Trainer(plugins=[AsyncCheckpointIO()])``. Workloads whose time goes
+outside the training step (``whole_fit``) are measured over the whole ``trainer.fit`` call: training samples
+per second of fit.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import Logger
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -119,6 +129,76 @@ class MLP(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
+class FitMLP(MLP):
+    """The MLP with a validation step, ``metrics`` values logged per step (``self.log``'s arguments in
+    ``log_kw``), and optionally a large persistent buffer that every checkpoint carries (``buffer_mb``)."""
+
+    def __init__(
+        self, dim: int, width: int, depth: int, metrics: int = 1, buffer_mb: int = 0, **log_kw: Any
+    ) -> None:
+        super().__init__(dim, width, depth)
+        self.metrics, self.log_kw = metrics, {"on_step": True, **log_kw}
+        if not self.log_kw["on_step"]:  # followed the advice: reduced once per epoch instead
+            self.log_kw.setdefault("on_epoch", True)
+        if buffer_mb:
+            self.register_buffer("big", torch.zeros(buffer_mb * 2**20 // 4))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x), y)
+        for i in range(self.metrics):
+            self.log(f"train_loss_{i}", loss.detach(), **self.log_kw)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
+
+
+#: What the logger and the callback below chew on: CPU work (it stretches with a busy host like the training
+#: step does, so the share of the fit outside the step does not depend on the machine's load).
+_PAYLOAD = np.random.default_rng(0).random(100_000)
+
+
+def cpu_work(rounds: int) -> None:
+    """About 5 ms of CPU per round on a quiet core (a sort of 100k floats)."""
+    for _ in range(rounds):
+        np.sort(_PAYLOAD)
+
+
+class SlowLogger(Logger):
+    """A logger whose every write serialises a payload (``rounds`` of CPU work, see :func:`cpu_work`)."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.rounds = rounds
+
+    @property
+    def name(self) -> str:
+        return "slow"
+
+    @property
+    def version(self) -> str:
+        return "0"
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        cpu_work(self.rounds)
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class WeightStats(pl.Callback):
+    """A user callback computing weight statistics every ``every_n_steps`` batches (``rounds`` of CPU work)."""
+
+    def __init__(self, every_n_steps: int = 1, rounds: int = 2) -> None:
+        self.every_n_steps, self.rounds = every_n_steps, rounds
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if trainer.global_step % self.every_n_steps == 0:
+            cpu_work(self.rounds)
+
+
 class TinyOps(pl.LightningModule):
     """Hundreds of tiny element-wise ops per step in a Python loop: dispatch-bound."""
 
@@ -175,6 +255,13 @@ class Workload:
     candidates: list[dict[str, Any]]
     devices: int = 1
     trainer: dict[str, Any] = field(default_factory=dict)
+    # ---- the rest of the fit (whole_fit: measured as training samples per second of the whole fit)
+    val_data: dict[str, Any] | None = None
+    val_loader: dict[str, Any] = field(default_factory=dict)
+    checkpoint: dict[str, Any] | None = None  # ModelCheckpoint kwargs
+    logger_rounds: int | None = None  # a SlowLogger
+    callback: dict[str, Any] | None = None  # WeightStats kwargs
+    whole_fit: bool = False
 
 
 _WORKERS: list[dict[str, Any]] = [{"num_workers": w, "persistent_workers": True} for w in (1, 2, 4, 8)]
@@ -260,6 +347,82 @@ WORKLOADS: dict[str, Workload] = {
             ],
             devices=2,
         ),
+        # ---- the rest of the fit: the time goes outside the training step (issue 17)
+        Workload(
+            "val_slow_loader",
+            "validation every 10 batches, val samples wait 2 ms each, num_workers=0",
+            {"kind": "fit", "dim": 32, "width": 128, "depth": 2},
+            {"kind": "tensor", "n": 1600, "dim": 32},
+            {"batch_size": 16, "num_workers": 0},
+            1,
+            [
+                {"val_check_interval": 40},
+                {"val_check_interval": 100},
+                {"limit_val_batches": 0.25},
+                {"val DataLoader.num_workers": 4, "val DataLoader.persistent_workers": True},
+            ],
+            trainer={"val_check_interval": 10},
+            val_data={"kind": "sleepy", "n": 64, "dim": 32, "delay_s": 0.002},
+            val_loader={"batch_size": 16, "num_workers": 0},
+            whole_fit=True,
+        ),
+        Workload(
+            "val_many_batches",
+            "validation every 10 batches over 40 cheap val batches (batch 4)",
+            {"kind": "fit", "dim": 32, "width": 128, "depth": 2},
+            {"kind": "tensor", "n": 1600, "dim": 32},
+            {"batch_size": 16, "num_workers": 0},
+            1,
+            [
+                {"val_check_interval": 40},
+                {"val_check_interval": 100},
+                {"limit_val_batches": 0.25},
+                {"val DataLoader.batch_size": 64},
+            ],
+            trainer={"val_check_interval": 10},
+            val_data={"kind": "tensor", "n": 160, "dim": 32},
+            val_loader={"batch_size": 4, "num_workers": 0},
+            whole_fit=True,
+        ),
+        Workload(
+            "checkpoint_heavy",
+            "a 128 MB buffer in the model, ModelCheckpoint every 5 steps",
+            {"kind": "fit", "dim": 32, "width": 128, "depth": 2, "buffer_mb": 128},
+            {"kind": "tensor", "n": 640, "dim": 32},
+            {"batch_size": 16, "num_workers": 0},
+            1,
+            [
+                {"ModelCheckpoint.every_n_train_steps": 20},
+                {"ModelCheckpoint.every_n_train_steps": 50},
+                {"plugins": "AsyncCheckpointIO"},
+                {"ModelCheckpoint.save_weights_only": True},
+            ],
+            checkpoint={"every_n_train_steps": 5},
+            whole_fit=True,
+        ),
+        Workload(
+            "logging_heavy",
+            "a logger whose writes take ~10 ms of CPU, log_every_n_steps=1, 8 metrics per step",
+            {"kind": "fit", "dim": 32, "width": 128, "depth": 2, "metrics": 8},
+            {"kind": "tensor", "n": 1600, "dim": 32},
+            {"batch_size": 16, "num_workers": 0},
+            1,
+            [{"log_every_n_steps": 10}, {"log_every_n_steps": 50}, {"self.log.on_step": False}],
+            trainer={"log_every_n_steps": 1},
+            logger_rounds=2,
+            whole_fit=True,
+        ),
+        Workload(
+            "heavy_callback",
+            "a user callback taking ~10 ms of CPU at every training batch (every_n_steps=1)",
+            {"kind": "fit", "dim": 32, "width": 128, "depth": 2},
+            {"kind": "tensor", "n": 1600, "dim": 32},
+            {"batch_size": 16, "num_workers": 0},
+            1,
+            [{"WeightStats.every_n_steps": 10}, {"WeightStats.every_n_steps": 50}],
+            callback={"every_n_steps": 1, "rounds": 2},
+            whole_fit=True,
+        ),
         # ---- held-out: other sizes and variants, checked the same way, never tuned against
         Workload(
             "io_wait_slow",
@@ -301,6 +464,46 @@ WORKLOADS: dict[str, Workload] = {
 }
 HELD_OUT = ("io_wait_slow", "cpu_transform_light", "worker_restart_long", "mid_mlp")
 MAIN = tuple(n for n in WORKLOADS if n not in HELD_OUT)
+#: Where the rest of the fit's advice puts a setting (``Recommendation.where``) -> the prefix its keys carry here.
+PLACED = ("val DataLoader.", "ModelCheckpoint.", "self.log.", "WeightStats.")
+
+
+def _dataset(d: dict[str, Any]) -> Dataset:
+    if d["kind"] == "sleepy":
+        return SleepyDataset(d["n"], d["dim"], d["delay_s"])
+    if d["kind"] == "heavy":
+        return HeavyTransformDataset(d["n"], d["dim"], d["size"], d["rounds"])
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(d["n"], d["dim"], generator=g), torch.randn(d["n"], 1, generator=g))
+
+
+def _placed(settings: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {k[len(prefix) :]: v for k, v in settings.items() if k.startswith(prefix)}
+
+
+def build_rest_of_fit(
+    w: Workload, settings: dict[str, Any], out: Path
+) -> tuple[DataLoader | None, list[pl.Callback], list[str]]:
+    """The rest of the fit's parts with ``settings`` applied: the val loader, the callbacks (ModelCheckpoint,
+    WeightStats); plus the keys not applied (``self.log.*`` goes to the model in :func:`build`)."""
+    unapplied: list[str] = []
+    val: DataLoader | None = None
+    if w.val_data is not None:
+        kw = {**w.val_loader, **_placed(settings, "val DataLoader.")}
+        if not kw.get("num_workers"):
+            kw.pop("persistent_workers", None)
+        val = DataLoader(_dataset(w.val_data), shuffle=False, **kw)
+    elif _placed(settings, "val DataLoader."):
+        unapplied.append("val DataLoader (the workload has none)")
+    callbacks: list[pl.Callback] = []
+    if w.checkpoint is not None:
+        kw = {**w.checkpoint, **_placed(settings, "ModelCheckpoint.")}
+        callbacks.append(ModelCheckpoint(dirpath=str(out / "ckpt"), **kw))
+    elif _placed(settings, "ModelCheckpoint."):
+        unapplied.append("ModelCheckpoint (the workload has none)")
+    if w.callback is not None:
+        callbacks.append(WeightStats(**{**w.callback, **_placed(settings, "WeightStats.")}))
+    return val, callbacks, unapplied
 
 
 def build(
@@ -313,21 +516,14 @@ def build(
     model: pl.LightningModule
     if m["kind"] == "mlp":
         model = MLP(m["dim"], m["width"], m["depth"])
+    elif m["kind"] == "fit":
+        extra = {k: v for k, v in m.items() if k not in ("kind", "dim", "width", "depth")}
+        model = FitMLP(m["dim"], m["width"], m["depth"], **extra, **_placed(settings, "self.log."))
     elif m["kind"] == "tiny":
         model = TinyOps(m["dim"], m["blocks"])
     else:
         model = BigUnusedTable(m["rows"], m["dim"])
-    d = w.data
-    dataset: Dataset
-    if d["kind"] == "sleepy":
-        dataset = SleepyDataset(d["n"], d["dim"], d["delay_s"])
-    elif d["kind"] == "heavy":
-        dataset = HeavyTransformDataset(d["n"], d["dim"], d["size"], d["rounds"])
-    else:
-        g = torch.Generator().manual_seed(0)
-        dataset = TensorDataset(
-            torch.randn(d["n"], d["dim"], generator=g), torch.randn(d["n"], 1, generator=g)
-        )
+    dataset = _dataset(w.data)
 
     loader_kw = dict(w.loader)
     init_delay = loader_kw.pop("worker_init_fn", None)
@@ -345,15 +541,22 @@ def build(
     trainer_kw: dict[str, Any] = dict(w.trainer)
     ddp_kw: dict[str, Any] = {"find_unused_parameters": True} if w.devices > 1 else {}
     for k, v in settings.items():
-        if k in LOADER_KEYS:
+        if k in LOADER_KEYS or k.startswith(PLACED):
             continue
-        if k in DDP_KEYS and w.devices > 1:
+        if k == "plugins" and v == "AsyncCheckpointIO":
+            from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+            trainer_kw["plugins"] = [AsyncCheckpointIO()]
+        elif k in DDP_KEYS and w.devices > 1:
             if k == "ddp_comm_hook":
                 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
                 ddp_kw[k] = getattr(default_hooks, str(v))
             else:
                 ddp_kw[k] = v
+        elif k == "compile" and v and isinstance(model, FitMLP):
+            # its training_step calls self.log, which dynamo cannot trace: compile the network it runs
+            model.net = torch.compile(model.net, mode=settings.get("compile_mode") or None)  # type: ignore[assignment]
         elif k == "compile" and v:
             model = torch.compile(model, mode=settings.get("compile_mode") or None)  # type: ignore[assignment]
         elif k == "compile_mode":
@@ -409,7 +612,7 @@ def _write_loader_plan(trainer: pl.Trainer, loader: DataLoader, out: Path) -> No
 
     report = Report.read(out / "bottleneck_report.json")
     callback = next(c for c in trainer.callbacks if type(c).__name__ == "BottleneckCallback")  # type: ignore[attr-defined]
-    timing: TimingStats = callback._timer.stats(samples_per_step=float(loader.batch_size or 1))
+    timing: TimingStats = callback._run.timer.stats(samples_per_step=float(loader.batch_size or 1))
     cfg = RunConfig(
         num_workers=loader.num_workers,
         persistent_workers=loader.persistent_workers,
@@ -430,12 +633,30 @@ def _write_loader_plan(trainer: pl.Trainer, loader: DataLoader, out: Path) -> No
     )
 
 
+class FitSamples(pl.Callback):
+    """Training samples seen over the fit (divided by the whole ``trainer.fit`` call's wall time)."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, idx: int
+    ) -> None:
+        self.samples += len(batch[0])
+
+
 def run(name: str, mode: str, settings: dict[str, Any], out: Path, loader_plan: bool = False) -> None:
     warnings.filterwarnings("ignore")
     w = WORKLOADS[name]
+    if w.whole_fit:
+        # the tiny MLPs gain nothing from intra-op threads; one thread keeps their steps from waiting on a
+        # descheduled core on a busy host (which would stretch the step far more than the rest of the fit)
+        torch.set_num_threads(1)
     model, loader, trainer_kw, unapplied = build(w, settings)
-    callbacks: list[pl.Callback] = []
+    val_loader, callbacks, more = build_rest_of_fit(w, settings, out)
+    unapplied += more
     meter = SamplesPerSecond()
+    fit_meter = FitSamples()
     if mode == "callback":
         from lightning_bottleneck import BottleneckCallback
 
@@ -451,7 +672,11 @@ def run(name: str, mode: str, settings: dict[str, Any], out: Path, loader_plan: 
             )
         )
     else:
-        callbacks.append(meter)
+        callbacks.append(fit_meter if w.whole_fit else meter)
+    if w.logger_rounds is not None:
+        trainer_kw.setdefault("logger", SlowLogger(w.logger_rounds))
+    if w.checkpoint is not None:
+        trainer_kw.setdefault("enable_checkpointing", True)
     trainer = pl.Trainer(
         **{
             "accelerator": "cpu",
@@ -467,11 +692,14 @@ def run(name: str, mode: str, settings: dict[str, Any], out: Path, loader_plan: 
             **trainer_kw,
         }
     )
-    trainer.fit(model, loader)
+    t0 = time.perf_counter()
+    trainer.fit(model, loader, val_loader)
+    fit_s = time.perf_counter() - t0
     if mode == "callback" and loader_plan and trainer.global_rank == 0:
         _write_loader_plan(trainer, loader, out)
     if trainer.global_rank == 0:
-        result = {"samples_per_s": meter.samples_per_s, "unapplied": unapplied, "settings": settings}
+        rate = fit_meter.samples / fit_s if w.whole_fit else meter.samples_per_s
+        result = {"samples_per_s": rate, "unapplied": unapplied, "settings": settings, "fit_s": fit_s}
         (out / "result.json").write_text(json.dumps(result), encoding="utf-8")
 
 

@@ -14,6 +14,7 @@ class Category(str, Enum):
     COMPUTE = "compute"
     MEMORY = "memory"
     COMMUNICATION = "communication"
+    REST_OF_FIT = "rest_of_fit"  # the time goes outside the training step; the cause is a FitPart
     UNKNOWN = "unknown"
 
     def __str__(self) -> str:
@@ -29,6 +30,7 @@ class FindingKind(str, Enum):
     COMPUTE = "compute"
     MEMORY = "memory"
     COMMUNICATION = "communication"
+    REST_OF_FIT = "rest_of_fit"  # a part of fit outside the training step (the FitPart is in the data)
     STRAGGLER = "straggler"  # one rank holds the others back
     EPOCH_START_STALL = "epoch_start_stall"  # DataLoader worker start-up at each epoch
 
@@ -88,6 +90,25 @@ class Phase(str, Enum):
     SYNC = "sync"
     COMMUNICATION = "communication"
     OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FitPart(str, Enum):
+    """The parts of ``fit`` in the ledger, in the ledger's order. Their seconds sum to the fit's wall time."""
+
+    TRAINING_STEPS = "training_steps"  # on_train_batch_start .. on_train_batch_end, incl. the batch fetch
+    VALIDATION = "validation"  # on_validation_start .. on_validation_end (not the sanity check)
+    SANITY_CHECK = "sanity_check"
+    CHECKPOINTING = "checkpointing"  # ModelCheckpoint / trainer.save_checkpoint
+    LOGGING = "logging"  # logger connector: metric sync/compute, logger.log_metrics/save
+    CALLBACKS = "callbacks"  # other callbacks' hooks (self time), by class and hook
+    EPOCH_BOUNDARIES = "epoch_boundaries"  # iter(dataloader)/worker start-up, sampler, on_*_epoch_* hooks
+    COMPILE_WARMUP = "compile_warmup"  # torch.compile warm-up steps where seen
+    DIAGNOSIS = "diagnosis"  # this package's own work: measurement stage, mid-run verdict, report writing
+    SETUP_TEARDOWN = "setup_teardown"
+    UNACCOUNTED = "unaccounted"
 
     def __str__(self) -> str:
         return self.value

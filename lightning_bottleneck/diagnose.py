@@ -19,6 +19,7 @@ from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.output.report import Finding, RankSummary, Recommendation, Report, StepTime
 from lightning_bottleneck.rules import classify, final_verdict, thresholds
 from lightning_bottleneck.rules.communication import with_communication_evidence
+from lightning_bottleneck.rules.fit import fit_findings
 from lightning_bottleneck.rules.ranking import (
     Ranking,
     busy_machine_notes,
@@ -80,12 +81,16 @@ def diagnose(evidence: Evidence) -> Report:
 
     breakdown, from_trace = _breakdown(evidence, summary, median_ms, steps_observed, notes)
     verdict = classify(breakdown, evidence, steps_profiled, from_trace)
+    verdict.findings += fit_findings(evidence)  # the rest of the fit (validation, checkpoints, logging, ...)
     ranking = rank(evidence, breakdown, median_ms)
     samples = step_time.samples if step_time else None
     verdict, ranking_notes = ranked_verdict(verdict, ranking, evidence, steps_profiled, from_trace, samples)
     primary, confidence = final_verdict(verdict, evidence, from_trace)
     notes += ranking.notes + ranking_notes
-    findings = _findings(evidence, summary, verdict.findings + tried_findings(ranking), primary, median_ms)
+    cause = fit_cause(ranking) if primary == Category.REST_OF_FIT else None
+    findings = _findings(
+        evidence, summary, verdict.findings + tried_findings(ranking), primary, median_ms, cause
+    )
     recommendations = _recommendations(evidence, primary, findings, ranking)
 
     ranks = _rank_entries(evidence.summaries, summary, breakdown, primary)
@@ -171,17 +176,31 @@ def _findings(
     rule_findings: list[Finding],
     primary: Category,
     median_ms: float | None,
+    cause: str | None = None,
 ) -> list[Finding]:
-    """The rules' findings plus one per sync site, the primary bucket's first, with communication metrics."""
+    """The rules' findings plus one per sync site, the primary bucket's first (for the rest of the fit, the
+    cause's part first), with communication metrics."""
     device = (summary.device if summary else None) or (
         evidence.config.accelerator if evidence.config else "cpu"
     )
     findings = rule_findings + sync_site_findings(evidence.sync_sites, median_ms, device)
-    findings.sort(key=lambda f: (_bucket_of(f) != primary.value, f.severity.rank))
+    findings.sort(
+        key=lambda f: (
+            _bucket_of(f) != primary.value,
+            cause is not None and f.evidence.get("part") != cause,
+            f.severity.rank,
+        )
+    )
     if summary is not None and summary.communication is not None:
         rank = summary.rank if summary.rank is not None else 0
         findings = with_communication_evidence(findings, summary.communication, rank)
     return findings
+
+
+def fit_cause(ranking: Ranking) -> str | None:
+    """The part of the fit (a FitPart value) whose lever saves the most: the rest-of-fit verdict's cause."""
+    best = next((c for c in ranking.candidates if c.category == Category.REST_OF_FIT), None)
+    return str(best.evidence.get("part")) if best is not None else None
 
 
 def _bucket_of(finding: Finding) -> str:
@@ -243,6 +262,8 @@ def _measured_metrics(evidence: Evidence, out: dict[str, Any]) -> None:
         out["contention"] = evidence.contention.to_dict()
     if evidence.window_check is not None:
         out["window_check"] = evidence.window_check.to_dict()
+    if evidence.fit_probes is not None:
+        out["fit_probes"] = evidence.fit_probes.to_dict()
 
 
 def sync_cross_check(evidence: Evidence, summary: TraceSummary) -> dict[str, Any]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.measure.contention import Contention
+from lightning_bottleneck.measure.fit_probes import FitProbes
 from lightning_bottleneck.measure.loader_ladder import LoaderLadder
 from lightning_bottleneck.measure.memory_trend import MemoryTrend
 from lightning_bottleneck.measure.trial_results import TrialReport
@@ -147,3 +149,9 @@ class Evidence:
     )  # other ranks whose own check said busy: its note
     window_check: WindowCheck | None = None  # analysis.representative.check_window (window vs the rest)
     memory_trend: MemoryTrend | None = None  # memory_trend.MemorySampler over the whole run (RSS or CUDA)
+    ledger: FitLedger | None = (
+        None  # the whole fit by part (live/ledger.py); None offline or before the fit ends
+    )
+    fit_probes: FitProbes | None = (
+        None  # measure/stage.py: the val loader's ladder, the callbacks' frequency args
+    )

@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_bottleneck.analysis.ledger import FitLedger, ledger_metrics
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.output.report import Report, ledger_cause
 from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.reader import find_trace_files, path_kind
 
@@ -156,14 +157,50 @@ def analyze_paths(paths: Sequence[str | Path], rank: int | None = None) -> Repor
     for s in summaries:
         for note in s.notes:
             notes.append(f"rank {s.rank}: {note}")
+    ledger, ledger_ranks = run_ledger(paths, files, notes)
     evidence = Evidence(
         summaries=summaries,
         trace_files=files,
         notes=notes,
         rank=rank,
         environment=_environment(lead, len(summaries)),
+        ledger=ledger,
     )
-    return diagnose(evidence)
+    report = diagnose(evidence)
+    if ledger is not None:
+        report.metrics.setdefault(
+            "ledger", ledger_metrics(ledger, ledger_ranks, ledger_cause(report, ledger))
+        )
+    return report
+
+
+def run_ledger(
+    paths: Sequence[str | Path], files: Sequence[str | Path], notes: list[str]
+) -> tuple[FitLedger | None, list[FitLedger]]:
+    """The fit ledger of the run whose traces are analysed, from the callback's report beside them (the
+    traces sit in ``<log_dir>/bottleneck/``, the report in ``<log_dir>``); only for run folders: a bare trace
+    holds only the profiled window. Returns the (merged) ledger and the per-rank ones."""
+    if not any(path_kind(Path(p)) == "dir" for p in paths):
+        return None, []
+    seen: set[Path] = set()
+    for f in files:
+        for folder in (Path(f).parent, Path(f).parent.parent):
+            candidate = folder / REPORT_FILENAME
+            if candidate in seen or not candidate.is_file():
+                continue
+            seen.add(candidate)
+            try:
+                data = read_report(candidate).metrics.get("ledger")
+                if not isinstance(data, dict):
+                    continue
+                ranks = [FitLedger.from_dict(d) for d in data.get("ranks") or [] if isinstance(d, dict)]
+                ledger = FitLedger.from_dict(data)
+            except (TraceError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                notes.append(f"the fit ledger in {candidate} could not be read: {exc}")
+                continue
+            notes.append(f"The fit ledger comes from {candidate} (the callback's report for this run).")
+            return ledger, ranks
+    return None, []
 
 
 def _environment(summary: TraceSummary, n_files: int) -> dict[str, Any]:

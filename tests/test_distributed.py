@@ -218,6 +218,11 @@ def _run_ddp(tmp_path: Path, mode: str) -> dict[str, Any]:
     assert len(reports) == 1
     report: dict[str, Any] = json.loads(reports[0].read_text())
     _check_traces(tmp_path, report)
+    # the fit ledger is per rank, merged on rank zero like the summaries (the slowest rank per part)
+    ledger = report["metrics"]["ledger"]
+    assert len(ledger["ranks"]) == 2
+    assert ledger["fit_s"] == max(r["fit_s"] for r in ledger["ranks"])
+    assert [r["train_steps"] for r in ledger["ranks"]] == [ledger["train_steps"]] * 2
     return report
 
 

@@ -63,7 +63,11 @@ def test_slow_validation_loader_is_not_input(tmp_path: Path) -> None:
     # validation runs every 3 steps, inside the profiled window, with a loader that sleeps 10 ms per sample
     _, cb = fit_scenario("slow_val", tmp_path, val_check_interval=3, limit_val_batches=2)
     report = cb.report
-    assert report is not None and report.primary == Category.COMPUTE, report.breakdown
+    # validation (10 ms per sample, every 3 steps) is most of the fit: the verdict is the rest of the fit
+    # (issue 17), while the step itself stays compute-bound: no validation fetch leaks into its data wait
+    assert report is not None and report.primary == Category.REST_OF_FIT, report.breakdown
+    assert (report.metrics.get("ledger") or {}).get("cause") == "validation"
+    assert report.breakdown["compute"] > report.breakdown["data_wait"]
     # a leaked validation fetch (10 ms per sample) would be most of the step; a busy core alone brings the
     # training fetch to ~5.6%, a medium input finding at most
     assert report.breakdown["data_wait"] < 0.1

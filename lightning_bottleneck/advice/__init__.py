@@ -10,6 +10,7 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from lightning_bottleneck.advice.fit import fit_advice
 from lightning_bottleneck.advice.ranked import ranked_recommendations
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.evidence import Evidence, RunConfig
@@ -322,6 +323,7 @@ ADVISORS: dict[Category, Callable[[RunConfig, list[Finding]], list[Recommendatio
     Category.COMPUTE: compute_advice,
     Category.MEMORY: memory_advice,
     Category.COMMUNICATION: communication_advice,
+    Category.REST_OF_FIT: fit_advice,
 }
 
 
@@ -355,10 +357,16 @@ def advise(
 
 
 def _drop_repeated(recs: list[Recommendation]) -> list[Recommendation]:
-    """One recommendation per setting: a later bucket's advice for a setting already advised is dropped."""
+    """One recommendation per setting: a later bucket's advice for a setting already advised is dropped.
+
+    The rest of the fit's advice is apart: its settings go elsewhere (the val DataLoader's ``num_workers`` is not
+    the train loader's) and its rules never advise what is already set."""
     seen: set[str] = set()
     out = []
     for r in recs:
+        if r.kind == Category.REST_OF_FIT.value:
+            out.append(r)
+            continue
         if r.settings and set(r.settings) <= seen:
             continue
         seen |= set(r.settings)
@@ -399,6 +407,9 @@ def _drop_already_set(recs: list[Recommendation], cfg: RunConfig) -> list[Recomm
     }
     out = []
     for r in recs:
+        if r.kind == Category.REST_OF_FIT.value:  # its rules read the current values themselves
+            out.append(r)
+            continue
         if (
             r.settings
             and all(current.get(k) == v for k, v in r.settings.items() if k in current)

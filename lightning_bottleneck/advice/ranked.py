@@ -96,12 +96,13 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
         r.saved_ms_per_step = sum(c.saved_ms_per_step for c in cands)
         saved = [c.saved_s for c in cands]
         r.saved_s = None if any(s is None for s in saved) else sum(s or 0.0 for s in saved)
-        r.method = "measured" if any(c.method == "measured" for c in cands) else "estimated"
+        methods = {c.method for c in cands}
+        r.method = next((m for m in ("measured", "computed") if m in methods), "estimated")
         r.basis = "; ".join(c.basis for c in cands)
         measured = [c.measured_speedup for c in cands if c.measured_speedup is not None]
         if measured:
             r.measured_speedup = max(measured)
-        if r.expected_speedup is None or len(cands) > 1:
+        if r.expected_speedup is None or len(cands) > 1 or ranking.account.fit_ms_per_step is not None:
             r.expected_speedup = ranking.account.speedup(r.saved_ms_per_step)
         if r.method == "estimated" and r.expected_speedup and r.expected_speedup_range is None:
             # not measured on this run: a share of the step times a published speed-up (or "all of the data

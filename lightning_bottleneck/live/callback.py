@@ -219,7 +219,7 @@ class BottleneckCallback(Callback):
 
     @_guarded
     def _setup_paths(self, trainer: pl.Trainer) -> None:
-        self._run.setup_paths(trainer)
+        self._run.setup(trainer)
         self._active_fit = True
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

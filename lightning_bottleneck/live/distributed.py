@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.summary import TraceSummary
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -152,15 +153,20 @@ class RankGather:
 
 
 def rank_payload(
-    rank: int, summary: Any, trace_files: list[str], busy_note: str | None = None
+    rank: int,
+    summary: Any,
+    trace_files: list[str],
+    busy_note: str | None = None,
+    ledger: FitLedger | None = None,
 ) -> dict[str, Any]:
-    """The plain dict one rank sends: its :class:`TraceSummary` (as a dict, or None), its trace files and,
-    when its own busy-machine check said busy, that check's note."""
+    """The plain dict one rank sends: its :class:`TraceSummary` (as a dict, or None), its trace files, its fit
+    ledger (as a dict, or None) and, when its own busy-machine check said busy, that check's note."""
     return {
         "rank": int(rank),
         "summary": summary.to_dict() if summary is not None else None,
         "trace_files": [str(f) for f in trace_files],
         "busy": busy_note,
+        "ledger": ledger.to_dict() if ledger is not None else None,
     }
 
 
@@ -172,6 +178,7 @@ class MergedRanks:
     trace_files: list[str] = field(default_factory=list)  # the other ranks' trace files
     notes: list[str] = field(default_factory=list)
     busy_ranks: dict[int, str] = field(default_factory=dict)  # other ranks whose machine was busy: the note
+    ledgers: list[FitLedger] = field(default_factory=list)  # every rank's fit ledger (rank order)
 
 
 def merge_rank_summaries(
@@ -180,24 +187,31 @@ def merge_rank_summaries(
     own: TraceSummary | None,
     trace_files: list[str],
     busy_note: str | None = None,
+    ledger: FitLedger | None = None,
 ) -> MergedRanks:
-    """Every rank sends its summary (and its busy-machine note, if any) to global rank zero (a no-op for
-    one process); never raises."""
+    """Every rank sends its summary, its fit ledger and its busy-machine note (if any) to global rank zero
+    (a no-op for one process); never raises."""
     mine = [own] if own is not None else []
+    my_ledger = [ledger] if ledger is not None else []
     if not gather.active:
-        return MergedRanks(mine)
+        return MergedRanks(mine, ledgers=my_ledger)
     try:
-        result = gather.gather(rank_payload(rank, own, trace_files, busy_note))
+        result = gather.gather(rank_payload(rank, own, trace_files, busy_note, ledger))
     except Exception as err:
-        return MergedRanks(mine, notes=[f"gathering rank summaries failed: {type(err).__name__}: {err}"])
+        return MergedRanks(
+            mine, notes=[f"gathering rank summaries failed: {type(err).__name__}: {err}"], ledgers=my_ledger
+        )
     merged = MergedRanks([], notes=list(result.notes))
     if rank != 0:
-        merged.summaries = mine
+        merged.summaries, merged.ledgers = mine, my_ledger
         return merged
     for payload in result.payloads:
         if payload.get("rank") == rank:
             merged.summaries += mine
+            merged.ledgers += my_ledger
             continue
+        if isinstance(payload.get("ledger"), dict):
+            merged.ledgers.append(FitLedger.from_dict(payload["ledger"]))
         if isinstance(payload.get("summary"), dict):
             merged.summaries.append(TraceSummary.from_dict(payload["summary"]))
         else:

@@ -17,10 +17,12 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
+from lightning_bottleneck.live.ledger import LiveLedger
 from lightning_bottleneck.live.offload import ChildWorker
 from lightning_bottleneck.live.profiler_window import ProfilerWindow, WindowOptions, worker_name
 from lightning_bottleneck.live.publishing import exit_note, publish
@@ -73,7 +75,7 @@ class RunOptions:
 class FitRun:
     """The state of one fit and the work behind the callback's hooks (see the module docstring)."""
 
-    def __init__(self, options: RunOptions, owner: object = None) -> None:
+    def __init__(self, options: RunOptions, owner: Any = None) -> None:
         self.options = options
         self.owner = owner  # the callback: it may replace the reports it wrote itself, in any fit
         self.finalized = False
@@ -108,18 +110,21 @@ class FitRun:
         self.measured: Measured | None = None
         self.memory: MemorySampler | None = None
         self.picture: threading.Thread | None = None
+        self.ledger: LiveLedger | None = None  # the whole fit by part (live/ledger.py), from setup on
         self.worker: ChildWorker | None = None  # the torch-free child: trace analysis, picture
         self.midrun_report: Report | None = None
         self.report: Report | None = None
 
     # ------------------------------------------------------------------ start and end
-    def setup_paths(self, trainer: pl.Trainer) -> None:
+    def setup(self, trainer: pl.Trainer) -> None:
+        """Where the traces and the report go; the whole-fit ledger from here on."""
         log_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective under DDP: all ranks call it
         self.rank = trainer.global_rank
         self.trace_dir = Path(self.options.output_dir) if self.options.output_dir else log_dir / TRACE_SUBDIR
         self.report_file = (
             Path(self.options.report_path) if self.options.report_path else log_dir / REPORT_FILENAME
         )
+        self.ledger = LiveLedger.install(trainer, trainer.lightning_module, self.owner)
 
     def train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Read the run's configuration, install the sync hooks, set up the gather, start the window."""
@@ -166,6 +171,9 @@ class FitRun:
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.close()
+        ledger, self.ledger = self.ledger, None
+        if ledger is not None:
+            ledger.uninstall()
         self.window.release()
         tracker, self.tracker = self.tracker, None
         if tracker is not None:
@@ -283,6 +291,7 @@ class FitRun:
                 trainer,
                 pl_module,
                 self.options.measure,
+                ledger=self.ledger_snapshot(),
                 summary=self.summary,
                 timing=self.timing(),
                 outside_ms=self.outside_steps(),
@@ -351,16 +360,20 @@ class FitRun:
         own = self.summary
         summaries = [own] if own is not None else []
         trace_files = list(window.trace_files)
+        ledgers: list[FitLedger] | None = None  # this rank's alone, when the fit ended in an error
         if gather:
             busy = self.measured.contention if self.measured is not None else None
             busy_note = busy.note if busy is not None and busy.busy else None
-            merged = merge_rank_summaries(self.gather, self.rank, own, window.trace_files, busy_note)
+            merged = merge_rank_summaries(
+                self.gather, self.rank, own, window.trace_files, busy_note, self.ledger_snapshot()
+            )
             if self.measured is not None:
                 self.measured.busy_ranks = merged.busy_ranks
             summaries = merged.summaries
             trace_files += merged.trace_files
             self.notes += merged.notes
-        self.report = self.verdict(trainer, summaries, sites, trace_files)
+            ledgers = merged.ledgers
+        self.report = self.verdict(trainer, summaries, sites, trace_files, ledgers)
         against_midrun(self.midrun_report, self.report)
         if trainer.is_global_zero:
             self.publish(trainer, self.report)
@@ -369,9 +382,21 @@ class FitRun:
         config = self.config
         return self.timer.stats(float(config.batch_size) if config and config.batch_size else None)
 
+    def ledger_snapshot(self) -> FitLedger | None:
+        return self.ledger.snapshot() if self.ledger is not None else None
+
     def verdict(
-        self, trainer: pl.Trainer, summaries: list[TraceSummary], sites: list[Any], trace_files: list[str]
+        self,
+        trainer: pl.Trainer,
+        summaries: list[TraceSummary],
+        sites: list[Any],
+        trace_files: list[str],
+        ledgers: list[FitLedger] | None = None,
     ) -> Report:
+        """Diagnose; ``ledgers`` are every rank's fit ledgers (default: this rank's, as it stands now)."""
+        if ledgers is None:
+            own = self.ledger_snapshot()
+            ledgers = [own] if own is not None else None
         return take_verdict(
             trainer,
             summaries=summaries,
@@ -384,6 +409,7 @@ class FitRun:
             config=self.config,
             environment=self.env,
             notes=self.notes,
+            ledgers=ledgers,
         )
 
     def publish(self, trainer: pl.Trainer, report: Report) -> None:

@@ -10,13 +10,14 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from lightning_bottleneck.analysis.ledger import FitLedger, ledger_metrics, merge_ranks
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
 from lightning_bottleneck.live.profiler_window import WindowOptions
 from lightning_bottleneck.measure.memory_trend import MemorySampler
 from lightning_bottleneck.measure.stage import Measured
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.output.report import Report, ledger_cause
 
 
 def take_verdict(
@@ -32,8 +33,11 @@ def take_verdict(
     config: RunConfig | None,
     environment: dict[str, Any],
     notes: list[str],
+    ledgers: list[FitLedger] | None = None,
 ) -> Report:
-    """Diagnose the run's evidence (the same :func:`diagnose` the offline CLI runs), then decorate."""
+    """Diagnose the run's evidence (the same :func:`diagnose` the offline CLI runs), then decorate.
+
+    ``ledgers``: the fit's ledger, one per rank (global rank zero after the gather) or this rank's."""
     from lightning_bottleneck.live.run_inspection import memory_stats
 
     got = measured or Measured()
@@ -54,10 +58,15 @@ def take_verdict(
         contention=got.contention,
         busy_ranks=dict(got.busy_ranks),
         window_check=got.window_check,
+        fit_probes=got.fit_probes,
         memory_trend=memory.trend() if memory is not None else None,
+        ledger=merge_ranks(ledgers) if ledgers else None,
     )
     report = diagnose(evidence)
     decorate(report, measured, memory)
+    if evidence.ledger is not None:
+        cause = ledger_cause(report, evidence.ledger)
+        report.metrics.setdefault("ledger", ledger_metrics(evidence.ledger, ledgers or [], cause))
     return report
 
 

@@ -30,8 +30,8 @@ __all__ = ["log_png", "publish_picture", "publish_scalars", "verdict_scalars"]
 
 
 def verdict_scalars(report: Report) -> dict[str, float]:
-    """The report's numbers as ``bottleneck/*`` scalars: step time, samples/s, shares, confidence,
-    and what the measurement stage found (best measured trial speed-up, the loader's measured ceiling)."""
+    """The report's numbers as ``bottleneck/*`` scalars: step time, samples/s, shares, confidence, the fit
+    ledger's shares (``bottleneck/fit_share/<part>``, and ``bottleneck/fit_s``), and what the measurement stage found (best measured trial speed-up, the loader's measured ceiling)."""
     out: dict[str, float] = {NAMESPACE + "confidence": float(report.confidence)}
     if report.step_time_ms is not None and report.step_time_ms.median > 0:
         out[NAMESPACE + "step_time_ms"] = float(report.step_time_ms.median)
@@ -46,6 +46,12 @@ def verdict_scalars(report: Report) -> dict[str, float]:
     speedups = [r.get("measured_speedup") for r in trials.get("results", []) if r.get("measured_speedup")]
     if speedups:
         out[NAMESPACE + "trials/best_measured_speedup"] = float(max(speedups))
+    ledger = report.metrics.get("ledger")
+    if isinstance(ledger, dict):
+        for part, share in (ledger.get("shares") or {}).items():
+            out[f"{NAMESPACE}fit_share/{part}"] = float(share)
+        if ledger.get("fit_s"):
+            out[NAMESPACE + "fit_s"] = float(ledger["fit_s"])
     rungs = (report.metrics.get("loader_ladder") or {}).get("rungs") or []
     if rungs:
         out[NAMESPACE + "loader/ceiling_samples_per_s"] = float(max(r["samples_per_s"] for r in rungs))

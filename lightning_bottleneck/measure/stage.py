@@ -8,6 +8,9 @@ window's trace has been summarised. Each part is bounded and optional, and none 
   epoch-start stalls reach the input medium threshold; IterableDatasets are skipped with a note;
 * trials (:func:`~lightning_bottleneck.measure.trials.run_trials`) on a batch of the window when compute or
   overhead is material; manual optimization is skipped with a note;
+* the loader probe on the *val* DataLoader when its wait dominated validation so far (the fit's ledger),
+  within the same budget as the train probe, and the user's callbacks' frequency arguments
+  (:class:`~lightning_bottleneck.measure.fit_probes.FitProbes`);
 * the busy-machine check (:func:`~lightning_bottleneck.measure.contention.assess`) over the window;
 * whether the window is representative (:func:`~lightning_bottleneck.analysis.representative.check_window`).
 
@@ -21,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,12 +32,14 @@ from statistics import median
 from typing import Any
 
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck, check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.categories import Share
+from lightning_bottleneck.categories import FitPart, Share
 from lightning_bottleneck.evidence import RunLength, TimingStats
 from lightning_bottleneck.measure.contention import Contention, CpuSnapshot, assess
 from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module
+from lightning_bottleneck.measure.fit_probes import KNOB_NAMES, FitProbes
 from lightning_bottleneck.measure.loader_ladder import LoaderLadder
 from lightning_bottleneck.measure.trial_results import TrialReport
 from lightning_bottleneck.rules import thresholds
@@ -121,6 +127,7 @@ class Measured:
     contention: Contention | None = None
     busy_ranks: dict[int, str] = field(default_factory=dict)  # other ranks' busy-machine notes (rank zero)
     window_check: WindowCheck | None = None
+    fit_probes: FitProbes | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -230,6 +237,7 @@ def measure(
     num_workers: int | None = None,
     persistent_workers: bool | None = None,
     agree: Callable[[list[bool]], list[bool]] | None = None,
+    ledger: FitLedger | None = None,
 ) -> Measured:
     """Run every part of the stage that applies; a part that fails becomes a note.
 
@@ -253,13 +261,86 @@ def measure(
         and (options.loader_budget_s or 0.0) > 0
         and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM,
         (options.trial_budget_s or 0.0) > 0 and batch is not None and wants_trials(summary),
+        options.probe_loader and (options.loader_budget_s or 0.0) > 0 and wants_val_probe(ledger),
     ]
-    probe, trials = agree(plan) if agree is not None else plan
+    probe, trials, val_probe = agree(plan) if agree is not None else plan
     if probe:
         out.loader_ladder = _probe(trainer, options, _consumption_rate(summary, batch_size), out.notes)
     if trials and batch is not None:
         out.trials = _trials(trainer, pl_module, batch, batch_idx, options, out.notes)
+    out.fit_probes = fit_probes(trainer, options, val_probe)
+    out.notes += out.fit_probes.notes
     return out
+
+
+def wants_val_probe(ledger: FitLedger | None) -> bool:
+    """Probe the val loader when validation is a material share of the fit so far and its DataLoader wait is
+    most of it (rules/thresholds.py: FIT_PART_SHARE_MEDIUM, VAL_LOADER_WAIT_SHARE_MIN)."""
+    from lightning_bottleneck.rules.fit import own_fit_s
+
+    if ledger is None or own_fit_s(ledger) <= 0 or not ledger.validation_runs:
+        return False
+    val_s = float(ledger.parts.get(FitPart.VALIDATION, 0.0))
+    return (
+        val_s >= thresholds.FIT_PART_SHARE_MEDIUM * own_fit_s(ledger)
+        and ledger.validation_loader_wait_s >= thresholds.VAL_LOADER_WAIT_SHARE_MIN * val_s
+    )
+
+
+def fit_probes(trainer: Any, options: MeasureOptions, val_probe: bool) -> FitProbes:
+    """The val loader's settings (and its ladder when ``val_probe``), and the callbacks' frequency arguments."""
+    from torch.utils.data import DataLoader
+
+    out = FitProbes(callback_knobs=callback_knobs(trainer))
+    loader = _single_loader(getattr(trainer, "val_dataloaders", None))
+    if isinstance(loader, DataLoader):
+        out.val_num_workers = loader.num_workers
+        out.val_batch_size = loader.batch_size
+    if not val_probe:
+        return out
+    if not isinstance(loader, DataLoader):
+        out.notes.append(
+            f"val loader probe skipped: the val loader is a {type(loader).__name__}, not one DataLoader"
+        )
+        return out
+    from lightning_bottleneck.measure.loader_probe import probe_loader
+
+    try:
+        out.val_ladder = probe_loader(loader, budget_s=options.loader_budget_s or 0.0)
+    except Exception as err:
+        out.notes.append(f"val loader probe failed: {type(err).__name__}: {err}")
+    return out
+
+
+def callback_knobs(trainer: Any) -> dict[str, dict[str, int]]:
+    """For each callback, the constructor arguments in KNOB_NAMES it stores (as ``name`` or ``_name``), as ints."""
+    out: dict[str, dict[str, int]] = {}
+    for cb in getattr(trainer, "callbacks", None) or []:
+        cls = type(cb)
+        if cls.__module__.startswith(("lightning.", "pytorch_lightning.", "lightning_bottleneck.")):
+            continue
+        try:
+            params = set(inspect.signature(cls.__init__).parameters)
+        except (TypeError, ValueError):
+            continue
+        knobs: dict[str, int] = {}
+        for name in KNOB_NAMES:
+            if name not in params:
+                continue
+            value = getattr(cb, name, getattr(cb, "_" + name, None))
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                knobs[name] = value
+        if knobs:
+            out[cls.__name__] = knobs
+    return out
+
+
+def _single_loader(loader: Any) -> Any:
+    if isinstance(loader, (list, tuple)) and len(loader) == 1:
+        return loader[0]
+    if isinstance(loader, dict) and len(loader) == 1:
+        return next(iter(loader.values()))
+    return loader
 
 
 def _probe(

@@ -16,12 +16,21 @@ from __future__ import annotations
 import math
 from html import escape
 
+from lightning_bottleneck.analysis.ledger import PART_LABELS
 from lightning_bottleneck.analysis.step_phases import StepPhases
-from lightning_bottleneck.categories import Phase
+from lightning_bottleneck.categories import FitPart, Phase
 from lightning_bottleneck.output.report import Report
-from lightning_bottleneck.output.text import HEADLINES, headline
+from lightning_bottleneck.output.text import HEADLINES, fit_line, headline
 
-__all__ = ["BREAKDOWN_COLORS", "PHASE_COLORS", "PHASE_LABELS", "nice_ticks", "render_html"]
+__all__ = [
+    "BREAKDOWN_COLORS",
+    "FIT_COLORS",
+    "PHASE_COLORS",
+    "PHASE_LABELS",
+    "fit_items",
+    "nice_ticks",
+    "render_html",
+]
 
 #: One colour per phase, shared by the HTML chart and the PNG (Tableau 10, colour-blind friendlier than
 #: matplotlib's default cycle; grey for the unexplained rest).
@@ -52,6 +61,41 @@ BREAKDOWN_COLORS: dict[str, str] = {
     "overhead": "#f28e2b",
     "other": PHASE_COLORS["other"],
 }
+
+#: One colour per part of the fit (the ledger's bar, HTML and PNG); training steps blue like compute,
+#: unaccounted grey like the unexplained rest of a step.
+FIT_COLORS: dict[str, str] = {
+    FitPart.TRAINING_STEPS.value: "#4e79a7",
+    FitPart.VALIDATION.value: "#f28e2b",
+    FitPart.SANITY_CHECK.value: "#ffbe7d",
+    FitPart.CHECKPOINTING.value: "#e15759",
+    FitPart.LOGGING.value: "#edc948",
+    FitPart.CALLBACKS.value: "#b07aa1",
+    FitPart.EPOCH_BOUNDARIES.value: "#76b7b2",
+    FitPart.COMPILE_WARMUP.value: "#59a14f",
+    FitPart.DIAGNOSIS.value: "#9c755f",
+    FitPart.SETUP_TEARDOWN.value: "#d4a6c8",
+    FitPart.UNACCOUNTED.value: "#bab0ac",
+}
+
+
+def fit_items(report: Report) -> tuple[float, list[tuple[str, str, float, float]]]:
+    """The report's fit ledger as (fit seconds, [(part, label, seconds, share)] in the ledger's order, parts
+    with no time left out); (0, []) without a ledger. Shared by the HTML bar and the PNG."""
+    ledger = report.metrics.get("ledger")
+    if not isinstance(ledger, dict):
+        return 0.0, []
+    fit_s = float(ledger.get("fit_s") or 0.0)
+    if fit_s <= 0:
+        return 0.0, []
+    items = []
+    for key, seconds in (ledger.get("parts") or {}).items():
+        if float(seconds) <= 0:
+            continue
+        label = PART_LABELS.get(FitPart(key), key) if key in FitPart._value2member_map_ else key
+        items.append((str(key), label, float(seconds), float(seconds) / fit_s))
+    return fit_s, items
+
 
 _CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#222;
@@ -107,6 +151,7 @@ def render_html(report: Report, phases: StepPhases | None = None, title: str | N
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(page_title)}</title><style>{_CSS}</style></head><body><main>",
         _header(report),
+        _fit_bar(report),
         '<div class="grid">',
         f'<div class="card"><h2 style="margin-top:0">Per profiled step</h2>{_chart(phases)}</div>',
         f'<div class="card">{_breakdown(report)}{_top_advice(report)}</div>',
@@ -163,6 +208,31 @@ def _breakdown(report: Report) -> str:
         "<h2 style='margin-top:0'>Share of step time</h2>"
         f'<div class="shares">{bar}</div>'
         f'<table><thead><tr><th>bucket</th><th class="num">share</th></tr></thead><tbody>{rows}</tbody></table>'
+    )
+
+
+def _fit_bar(report: Report) -> str:
+    """A card with one bar of the whole fit by part (the ledger), above the per-step chart; empty without
+    a ledger."""
+    _fit_s, items = fit_items(report)
+    if not items:
+        return ""
+    bar = "".join(
+        f'<span title="{escape(label)}: {s:.2f} s, {share:.1%}" '
+        f'style="width:{share * 100:.3f}%;background:{FIT_COLORS.get(k, "#999")}"></span>'
+        for k, label, s, share in items
+    )
+    legend = "".join(
+        f'<li><span class="sw" style="background:{FIT_COLORS.get(k, "#999")}"></span>{escape(label)} '
+        f"{share:.0%} <span class='muted'>({s:.2f} s)</span></li>"
+        for k, label, s, share in items
+        if share >= 0.005
+    )
+    line = fit_line(report) or ""
+    return (
+        '<div class="card" style="margin-top:18px"><h2 style="margin-top:0">The whole fit</h2>'
+        f'<p class="small muted">{escape(line)}</p>'
+        f'<div class="shares">{bar}</div><ul class="legend">{legend}</ul></div>'
     )
 
 

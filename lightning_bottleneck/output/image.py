@@ -20,9 +20,15 @@ from typing import Any
 import numpy as np
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
-from lightning_bottleneck.output.html import BREAKDOWN_COLORS, PHASE_COLORS, PHASE_LABELS
+from lightning_bottleneck.output.html import (
+    BREAKDOWN_COLORS,
+    FIT_COLORS,
+    PHASE_COLORS,
+    PHASE_LABELS,
+    fit_items,
+)
 from lightning_bottleneck.output.report import Report
-from lightning_bottleneck.output.text import HEADLINES
+from lightning_bottleneck.output.text import HEADLINES, fit_line
 
 __all__ = ["IMAGE_SIZE", "MISSING_NOTE", "image_available", "render_png", "render_rgb"]
 
@@ -33,6 +39,8 @@ _DPI = 100
 #: Monospace columns that fit the side panel at 8.5 pt in a 1200 px image (measured: ~6.1 px per glyph
 #: in DejaVu Sans Mono at 100 dpi over the panel's ~440 px).
 SNIPPET_COLUMNS = 66
+#: Characters of the fit's one-line ledger that fit the image's width at 10 pt (~6.9 px per glyph).
+FIT_LINE_COLUMNS = 168
 MISSING_NOTE = (
     "matplotlib is not installed: no picture in TensorBoard's Images tab (pip install matplotlib); "
     "bottleneck_report.html has the same chart."
@@ -68,7 +76,9 @@ def _figure(report: Report, phases: StepPhases | None, size: tuple[int, int]) ->
 
     fig = Figure(figsize=(size[0] / _DPI, size[1] / _DPI), dpi=_DPI, facecolor="white")
     FigureCanvasAgg(fig)
-    grid = fig.add_gridspec(1, 2, width_ratios=(1.45, 1.0), left=0.065, right=0.985, top=0.83, bottom=0.1)
+    fit_s, fit = fit_items(report)
+    top = 0.69 if fit else 0.83  # room for the whole fit's bar above the per-step bars
+    grid = fig.add_gridspec(1, 2, width_ratios=(1.45, 1.0), left=0.065, right=0.985, top=top, bottom=0.1)
     ax = fig.add_subplot(grid[0, 0])
     side = fig.add_subplot(grid[0, 1])
     side.axis("off")
@@ -84,9 +94,29 @@ def _figure(report: Report, phases: StepPhases | None, size: tuple[int, int]) ->
         color="#555",
         va="center",
     )
+    if fit:
+        _fit_bar(fig, report, fit_s, fit)
     _bars(ax, phases)
     _side_panel(side, report)
     return fig
+
+
+def _fit_bar(fig: Any, report: Report, fit_s: float, items: list[tuple[str, str, float, float]]) -> None:
+    """One horizontal bar of the whole fit by part (the ledger), labelled where a segment is wide enough."""
+    line = fit_line(report) or f"fit {fit_s:.1f} s"
+    line = line if len(line) <= FIT_LINE_COLUMNS else line[: FIT_LINE_COLUMNS - 4] + " ..."
+    fig.text(0.015, 0.835, line, fontsize=10, color="#333", va="center")
+    bar = fig.add_axes((0.015, 0.755, 0.97, 0.05))
+    bar.set_xlim(0, 1)
+    bar.set_ylim(0, 1)
+    bar.axis("off")
+    left = 0.0
+    for key, label, _seconds, share in items:
+        bar.barh(0.5, share, left=left, height=1.0, color=FIT_COLORS.get(key, "#999"), edgecolor="white")
+        if share >= 0.1:
+            bar.text(left + share / 2, 0.5, f"{label} {share:.0%}", ha="center", va="center", fontsize=8.5,
+                     color="white", fontweight="bold", clip_on=True)  # fmt: skip
+        left += share
 
 
 def _bars(ax: Any, phases: StepPhases | None) -> None:

@@ -118,6 +118,9 @@ class Recommendation:
     # (then shown instead of the point; ``expected_speedup`` stays the model's best guess)
     expected_speedup_range: tuple[float, float] | None = None
     uncertainty: str = ""
+    # where ``settings`` go: "Trainer", "ModelCheckpoint", "val DataLoader", "self.log", a callback's class;
+    # None: the train DataLoader / the Trainer / the model, as the setting's name says (the in-step advice)
+    where: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,6 +140,7 @@ class Recommendation:
             if self.expected_speedup_range is None
             else [round(float(x), 3) for x in self.expected_speedup_range],
             "uncertainty": self.uncertainty,
+            "where": self.where,
         }
 
     @classmethod
@@ -156,6 +160,7 @@ class Recommendation:
             _f(d.get("saved_s")),
             _range(d.get("expected_speedup_range")),
             str(d.get("uncertainty") or ""),
+            d.get("where"),
         )
 
     @property
@@ -325,3 +330,15 @@ def _umask() -> int:
 
 def _round_shares(shares: dict[str, float]) -> dict[str, float]:
     return {k: round(float(v), 4) for k, v in shares.items()}
+
+
+def ledger_cause(report: Report, ledger: Any) -> str | None:
+    """The fit part a ``rest_of_fit`` verdict blames: the rest-of-fit finding's ``part`` (its evidence), else
+    the ledger's largest part outside the training step; None for any other verdict."""
+    if report.primary != Category.REST_OF_FIT:
+        return None
+    for f in report.findings:
+        if f.kind == FindingKind.REST_OF_FIT and f.evidence.get("part"):
+            return str(f.evidence["part"])
+    part = ledger.largest_outside_part() if ledger is not None else None
+    return str(part) if part is not None else None

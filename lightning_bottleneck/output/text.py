@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from lightning_bottleneck.categories import Category
+from lightning_bottleneck.analysis.ledger import PART_LABELS
+from lightning_bottleneck.categories import Category, FitPart
 
 if TYPE_CHECKING:
     from lightning_bottleneck.output.report import Recommendation, Report
@@ -17,12 +18,21 @@ HEADLINES = {
     Category.COMPUTE: "compute-bound: the device is busy doing the math",
     Category.MEMORY: "memory-bound: out of memory or close to it",
     Category.COMMUNICATION: "communication-bound: ranks wait on collectives",
+    Category.REST_OF_FIT: "rest-of-fit-bound: the time goes outside the training step",
     Category.UNKNOWN: "unknown: not enough evidence for a verdict",
 }
 
 
 def headline(report: Report) -> str:
-    return f"{HEADLINES[report.primary]} (confidence {report.confidence:.0%})"
+    text = HEADLINES[report.primary]
+    if report.primary == Category.REST_OF_FIT:
+        ledger = report.metrics.get("ledger") or {}
+        cause = ledger.get("cause")
+        if cause:
+            share = (ledger.get("shares") or {}).get(cause, 0.0)
+            label = cause.replace("_", " ")
+            text = f"rest-of-fit-bound: {label} takes {share:.0%} of fit"
+    return f"{text} (confidence {report.confidence:.0%})"
 
 
 def _step_line(report: Report) -> str:
@@ -38,8 +48,49 @@ def _shares(report: Report) -> str:
     return "  ".join(f"{k} {v:.0%}" for k, v in items if v >= 0.005)
 
 
+#: Parts under this share of the fit are summed into "other" on the one-line ledger.
+FIT_LINE_MIN_SHARE = 0.01
+NO_LEDGER = "no fit ledger: a bare trace holds only the profiled window"
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s >= 100 else f"{s:.1f} s" if s >= 10 else f"{s:.2f} s"
+
+
+def fit_line(report: Report) -> str | None:
+    """``fit 120 s: training steps 38%, validation 55% (val loader wait 50%), checkpointing 5%, other 2%``;
+    for a report from a bare trace, that there is no ledger; None when neither applies."""
+    ledger = report.metrics.get("ledger")
+    if not isinstance(ledger, dict):
+        return NO_LEDGER if report.environment.get("source") == "trace" else None
+    fit_s = float(ledger.get("fit_s") or 0.0)
+    parts = ledger.get("parts") or {}
+    if fit_s <= 0 or not parts:
+        return None
+    shown, other = [], 0.0
+    for key, seconds in parts.items():
+        share = float(seconds) / fit_s
+        if share < FIT_LINE_MIN_SHARE:
+            other += share
+            continue
+        label = PART_LABELS.get(FitPart(key), key) if key in FitPart._value2member_map_ else key
+        text = f"{label} {share:.0%}"
+        if key == FitPart.VALIDATION.value and ledger.get("validation_loader_wait_s"):
+            text += f" (val loader wait {float(ledger['validation_loader_wait_s']) / fit_s:.0%})"
+        if key == FitPart.CALLBACKS.value and ledger.get("hooks"):
+            name, _ = max(ledger["hooks"].items(), key=lambda kv: float(kv[1].get("seconds", 0.0)))
+            text += f" (most: {name})"
+        shown.append(text)
+    if other >= 0.005:
+        shown.append(f"other {other:.0%}")
+    return f"fit {_seconds(fit_s)}: " + ", ".join(shown)
+
+
 def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str:
     lines = [f"lightning-bottleneck: {headline(report)}", f"  {_step_line(report)}"]
+    fit = fit_line(report)
+    if fit:
+        lines.append(f"  {fit}")
     if report.breakdown:
         lines.append(f"  breakdown: {_shares(report)}")
     if report.findings:
@@ -114,6 +165,9 @@ def render_markdown(report: Report) -> str:
         _step_line(report),
         "",
     ]
+    fit = fit_line(report)
+    if fit:
+        out += [f"Fit: {_md_escape(fit)}", ""]
     if report.breakdown:
         shares = sorted(report.breakdown.items(), key=lambda kv: -kv[1])
         out += ["Breakdown: " + " · ".join(f"{k} {v:.0%}" for k, v in shares if v >= 0.005), ""]

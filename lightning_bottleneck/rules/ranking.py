@@ -34,15 +34,17 @@ from lightning_bottleneck.advice.loader_plan import (
     plan_loader,
     step_cores_from_window,
 )
-from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
+from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, FitPart, Severity, Share
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.measure.trial_results import TrialResult
 from lightning_bottleneck.output.report import Finding
 from lightning_bottleneck.rules import Verdict, mixed_precision_open
 from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.rules.fit import COMPUTED, fit_levers, own_fit_s
 from lightning_bottleneck.stats import median
 
 __all__ = [
+    "COMPUTED",
     "COMPUTE_LEVERS",
     "ESTIMATED",
     "MEASURED",
@@ -127,6 +129,9 @@ class RunAccount:
     epochs: float | None
     stall_ms: float  # extra wait of an epoch's first batch (0 when none was seen)
     lost_s: dict[str, float] = field(default_factory=dict)  # bucket -> seconds lost over the run
+    # the whole fit's wall time per training step (the ledger's fit_s without this package's own work, over
+    # train_steps): validation, checkpoints, logging ... included; None without a ledger (offline, a trace alone)
+    fit_ms_per_step: float | None = None
 
     @property
     def known(self) -> bool:
@@ -150,8 +155,14 @@ class RunAccount:
     def over_run(self, saved_ms_per_step: float) -> float | None:
         return saved_ms_per_step * self.total_steps / 1e3 if self.total_steps else None
 
+    @property
+    def whole_ms_per_step(self) -> float:
+        """Wall time per training step over the whole fit (the ledger's when known, else the steps')."""
+        return max(self.effective_step_ms, self.fit_ms_per_step or 0.0)
+
     def speedup(self, saved_ms_per_step: float) -> float | None:
-        eff = self.effective_step_ms
+        """The whole fit's speed-up: fit / (fit - saved) (the training steps' when no ledger was kept)."""
+        eff = self.whole_ms_per_step
         return eff / (eff - saved_ms_per_step) if 0 < saved_ms_per_step < eff else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,6 +172,7 @@ class RunAccount:
             "epochs": self.epochs,
             "epoch_start_stall_ms": round(self.stall_ms, 3),
             "run_s": None if self.run_s is None else round(self.run_s, 3),
+            "fit_ms_per_step": None if self.fit_ms_per_step is None else round(self.fit_ms_per_step, 4),
             "lost_s": {k: round(v, 3) for k, v in self.lost_s.items()},
         }
 
@@ -227,6 +239,7 @@ def rank(evidence: Evidence, breakdown: dict[str, float], step_ms: float | None)
     cands += _sync_candidates(breakdown, account)
     cands += _communication_candidates(evidence, breakdown, account)
     cands += _model_candidates(evidence, breakdown, account, ranking)
+    cands += _fit_candidates(evidence, account)
     ranking.candidates = sorted(
         (c for c in cands if c.recommended and c.saved_ms_per_step > 0), key=lambda c: -c.saved_ms_per_step
     )
@@ -244,7 +257,22 @@ def run_account(evidence: Evidence, breakdown: dict[str, float], step_ms: float 
     elif total and rl is not None and rl.steps_per_epoch:
         epochs = total / rl.steps_per_epoch
     stall_ms = _stall_ms(evidence)
-    account = RunAccount(step_ms=step_ms or 1.0, total_steps=total, epochs=epochs, stall_ms=stall_ms)
+    ledger = evidence.ledger
+    fit_ms: float | None = None
+    if ledger is not None and ledger.train_steps > 0 and own_fit_s(ledger) > 0:
+        fit_ms = own_fit_s(ledger) * 1e3 / ledger.train_steps
+        # The step timer (and a profiled step) spans the loop from batch to batch, so it also holds what runs
+        # between two steps: logger writes, other callbacks' batch hooks. The ledger books those to their own
+        # parts; the in-step fixes work on the training step alone, at most the ledger's mean step.
+        ledger_step_ms = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps
+        if step_ms and 0 < ledger_step_ms < step_ms:
+            step_ms = ledger_step_ms
+        if not total:  # the ledger saw the whole fit (offline, from a report)
+            total = ledger.train_steps
+            epochs = epochs or float(ledger.epochs or 0) or None
+    account = RunAccount(
+        step_ms=step_ms or 1.0, total_steps=total, epochs=epochs, stall_ms=stall_ms, fit_ms_per_step=fit_ms
+    )
     if total:
         for cat, share in BUCKET_SHARES.items():
             account.lost_s[cat.value] = breakdown.get(str(share), 0.0) * account.step_ms * total / 1e3
@@ -399,7 +427,10 @@ def _measured_loader(
                 saved,
                 account.over_run(saved),
                 method,
-                rec.expected_speedup if method == MEASURED else account.speedup(saved),
+                # the plan's figure is the training steps'; with a ledger the speed-up is the whole fit's
+                rec.expected_speedup
+                if method == MEASURED and account.fit_ms_per_step is None
+                else account.speedup(saved),
                 basis,
                 evidence={"plan_index": i},
             )
@@ -560,6 +591,34 @@ def _model_candidates(
     return out
 
 
+def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
+    """The rest of the fit's levers (rules/fit.py), on the same scale: seconds saved per training step over
+    the fit the ledger saw, projected onto the whole run."""
+    from lightning_bottleneck.advice.fit import title
+
+    ledger = evidence.ledger
+    if ledger is None or ledger.train_steps <= 0:
+        return []
+    out = []
+    for lever in fit_levers(evidence):
+        per_step = lever.saved_s * 1e3 / ledger.train_steps
+        out.append(
+            Candidate(
+                Category.REST_OF_FIT,
+                title(lever),
+                lever.key or None,
+                dict(lever.settings),
+                per_step,
+                account.over_run(per_step),
+                lever.method,
+                account.speedup(per_step),
+                lever.basis,
+                evidence={"part": lever.part.value, "where": lever.where, "trade": lever.trade},
+            )
+        )
+    return out
+
+
 def _trial_candidate(
     r: TrialResult, compute: float, overhead: float, model_ms: float, account: RunAccount
 ) -> Candidate:
@@ -627,6 +686,8 @@ def confidence(
     second = positive[1] if len(positive) > 1 else 0.0
     margin = top / (top + second)
     window = min(1.0, steps_profiled / T.CONFIDENT_STEPS) if from_trace else 0.6
+    if ranking.primary == Category.REST_OF_FIT:
+        window = 1.0  # its evidence is the ledger of the whole fit, not the profiled window
     conf = margin * window
     notes: list[str] = []
     if step_samples_ms and len(step_samples_ms) >= 3:
@@ -636,7 +697,8 @@ def confidence(
         spread = p90 / med if med > 0 else 1.0
         if spread > T.SPREAD_RATIO_OK:
             conf *= max(T.SPREAD_FACTOR_MIN, T.SPREAD_RATIO_OK / spread)
-    cap = 0.99 if ranking.top_method() == MEASURED else T.ESTIMATED_CONFIDENCE_MAX
+    # arithmetic on the ledger's measured seconds is as sure as a measurement
+    cap = 0.99 if ranking.top_method() in (MEASURED, COMPUTED) else T.ESTIMATED_CONFIDENCE_MAX
     reasons = []
     ratio = ranking.top_two_ratio()
     if ratio is not None and ratio < T.TOP_TWO_RATIO_MIN:

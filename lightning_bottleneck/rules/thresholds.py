@@ -137,3 +137,36 @@ TIMING_MIN_OPS = 20
 # takes well over 100 us, and no profiled window holds a step of more than an hour.
 TIMING_STEP_MIN_US = 20.0
 TIMING_STEP_MAX_US = 3.6e9
+# --- the rest of the fit (rules/fit.py): shares of the whole fit's wall time, not of a step -----------
+# A part of fit outside the training step (validation, checkpointing, logging, another callback, the sanity
+# check) is material from 10% of the fit: the same 10% torch-tb-profiler uses for time the device spends
+# not computing (profiler/data.py ``communication_ratio > 0.1``); a quarter of the fit (the run at least
+# 1.33x slower than without it) is severity high.
+FIT_PART_SHARE_MEDIUM = 0.10
+FIT_PART_SHARE_HIGH = 0.25
+# The interval advised for validation, checkpoints and logging is the smallest one that brings the part under
+# this share of the fit: INPUT_SHARE_MEDIUM's 5%, the share below which the rules call a cost not worth fixing.
+FIT_PART_TARGET_SHARE = 0.05
+# ... but an interval is never stretched more than this factor in one piece of advice: an order of magnitude
+# keeps the validation signal / checkpoint spacing the user chose recognisable (the measured example:
+# a checkpoint every 5 steps -> every 50 made that run 5.5-5.9x faster; fewer is a decision for the user).
+FIT_INTERVAL_GROWTH_MAX = 10
+# Lightning's own default ``log_every_n_steps`` (Trainer docs): when logging is material, a run logging more often
+# is advised this interval (or the target share's, whichever is larger), at most FIT_INTERVAL_GROWTH_MAX times
+# its own interval.
+LIGHTNING_LOG_EVERY_N_STEPS = 50
+# AsyncCheckpointIO (lightning.pytorch.plugins.io) runs ``torch.save`` on a worker thread: the file write releases
+# the GIL, the pickling of the state dict does not, so on a busy host about half of a save stays on the training
+# thread (an estimate until measured: the scoreboard's checkpoint workloads sweep it).
+ASYNC_CHECKPOINT_RECOVERABLE = 0.5
+# The val loader is probed (its num_workers measured) when its wait is at least this share of validation: the
+# same 50% split as the loader probe's CPU_BOUND_SHARE (a fetch waiting more than half its time is wait-bound).
+VAL_LOADER_WAIT_SHARE_MIN = 0.5
+# Removing a callback's work outright is a code change; the advice's estimate is that a hook called less often
+# (or made cheaper) gives back this fraction of its time: the same 0.9 as an interval stretched 10x
+# (FIT_INTERVAL_GROWTH_MAX), the largest change the other fit advice makes in one step.
+CALLBACK_RECOVERABLE = 0.9
+# self.log(..., sync_dist=True) all-reduces each value at every call (Lightning #17988: seconds per call); without
+# it a call only stores the value: the all-reduce is most of the call's time (0.9: the same share as a callback
+# called 10x less often, CALLBACK_RECOVERABLE).
+SELF_LOG_SYNC_RECOVERABLE = 0.9

@@ -93,7 +93,7 @@ def main(out_dir: str, mode: str) -> None:
     report = callback.report
     print(f"RANK {trainer.global_rank} REPORT {report.primary.value if report else None}", flush=True)
     if mode == "midrun":
-        measured = callback._measured
+        measured = callback._run.measured
         midrun = callback.midrun_report
         step = (
             next((n for n in midrun.notes if n.startswith("Mid-run verdict at step")), None)

@@ -1,0 +1,411 @@
+"""The rest of the fit: verdicts and advice for validation, the sanity check, checkpoints, logging, callbacks.
+
+Pure tests on hand-built ledgers (fast), then real tiny Lightning fits with each cost injected on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightning_bottleneck.analysis.ledger import FitLedger, HookTime
+from lightning_bottleneck.categories import Category, FindingKind, FitPart
+from lightning_bottleneck.diagnose import diagnose
+from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
+from lightning_bottleneck.measure.fit_probes import FitProbes
+from lightning_bottleneck.measure.loader_ladder import BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.output.report import Report, ledger_cause
+from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.rules.fit import fit_findings, growth_factor
+
+STEP_MS = 5.0
+STEPS = 200
+
+
+def _ledger(**parts: float) -> FitLedger:
+    """A fit of STEPS training steps of STEP_MS plus the given parts (seconds)."""
+    secs = {FitPart.TRAINING_STEPS: STEPS * STEP_MS / 1e3, **{FitPart(k): v for k, v in parts.items()}}
+    return FitLedger(fit_s=sum(secs.values()) + 0.05, parts=secs, train_steps=STEPS, epochs=1)
+
+
+def _evidence(ledger: FitLedger, probes: FitProbes | None = None, world: int = 1) -> Evidence:
+    return Evidence(
+        timing=TimingStats(
+            steps=STEPS, step_ms=[STEP_MS] * 50, data_wait_ms=[0.05] * 50, samples_per_step=16
+        ),
+        config=RunConfig(num_workers=0, batch_size=16, world_size=world),
+        run_length=RunLength(total_steps=STEPS, steps_per_epoch=STEPS, epochs=1),
+        ledger=ledger,
+        fit_probes=probes,
+    )
+
+
+def _whole_fit_speedup(ledger: FitLedger, saved_s: float) -> float:
+    return ledger.fit_s / (ledger.fit_s - saved_s)
+
+
+def test_growth_factor_brings_the_part_under_the_target_share_within_the_cap() -> None:
+    assert growth_factor(0.0, 10.0) == 1
+    k = growth_factor(1.0, 10.0)  # 10% -> needs about 2.1x to reach 5%
+    assert k == 3 and (1.0 / k) / (9.0 + 1.0 / k) <= T.FIT_PART_TARGET_SHARE
+    assert growth_factor(90.0, 100.0) == T.FIT_INTERVAL_GROWTH_MAX
+
+
+def test_validation_every_ten_batches_is_the_verdict_with_val_check_interval_first() -> None:
+    ledger = _ledger(validation=9.0)
+    ledger.validation_runs, ledger.validation_batches = 20, 80
+    ledger.validation_loader_wait_s, ledger.validation_compute_s = 8.0, 1.0
+    report = diagnose(_evidence(ledger))
+    assert report.primary == Category.REST_OF_FIT
+    assert ledger_cause(report, ledger) == "validation"
+    first = report.findings[0]
+    assert first.kind == FindingKind.REST_OF_FIT and first.evidence["part"] == "validation"
+    assert first.evidence["share_of_fit"] > 0.8
+    rec = report.recommendations[0]
+    assert rec.kind == "rest_of_fit" and rec.where == "Trainer"
+    assert rec.settings == {"val_check_interval": 100}  # 10x less often: the cap
+    assert rec.method == "computed"
+    # 20 validations -> 2: 18 x 0.45 s saved, over the whole fit
+    assert rec.saved_s == pytest.approx(18 * 0.45, rel=1e-3)
+    assert rec.expected_speedup == pytest.approx(_whole_fit_speedup(ledger, 18 * 0.45), rel=1e-3)
+    assert "less often" in rec.detail  # what the user trades is said
+    # the JSON round trip keeps where the setting goes
+    again = Report.from_dict(report.to_dict())
+    assert again.recommendations[0].where == "Trainer"
+
+
+def test_a_validation_longer_than_an_epoch_interval_uses_check_val_every_n_epoch() -> None:
+    ledger = _ledger(validation=6.0)
+    ledger.epochs, ledger.validation_runs, ledger.validation_batches = 10, 10, 400
+    ev = _evidence(ledger)
+    ev.run_length = RunLength(total_steps=STEPS, steps_per_epoch=20, epochs=10)
+    levers = fit_findings(ev)[0].evidence["levers"]
+    assert levers[0]["settings"] == {"check_val_every_n_epoch": 10}
+    assert any(lv["settings"] == {"limit_val_batches": 0.1} for lv in levers)
+
+
+def test_a_measured_val_loader_ladder_becomes_measured_num_workers_advice() -> None:
+    ledger = _ledger(validation=1.0)
+    ledger.validation_runs, ledger.validation_batches = 2, 40
+    ledger.validation_loader_wait_s, ledger.validation_compute_s = 0.95, 0.05
+    ladder = LoaderLadder(
+        rungs=[
+            Rung(0, None, 100.0, 0.01, None, 0.05, 10, 1.0),
+            Rung(4, 2, 400.0, 0.1, None, 0.05, 10, 1.0),
+            Rung(8, 2, 780.0, 0.1, None, 0.05, 10, 1.0),
+        ],
+        bound=BOUND_WAIT,
+    )
+    report = diagnose(_evidence(ledger, FitProbes(val_ladder=ladder, val_num_workers=0)))
+    rec = next(r for r in report.recommendations if r.where == "val DataLoader")
+    assert rec.settings == {"num_workers": 8, "persistent_workers": True}
+    assert rec.method == "measured"
+    assert rec.saved_s == pytest.approx(0.95 * (1 - 100 / 780), rel=1e-3)
+
+
+def test_checkpoint_every_five_steps_is_advised_every_fifty_on_model_checkpoint() -> None:
+    ledger = _ledger(checkpointing=8.0)
+    ledger.checkpoint_saves = 40
+    report = diagnose(_evidence(ledger))
+    assert report.primary == Category.REST_OF_FIT
+    assert ledger_cause(report, ledger) == "checkpointing"
+    rec = report.recommendations[0]
+    assert rec.where == "ModelCheckpoint" and rec.settings == {"every_n_train_steps": 50}
+    assert rec.saved_s == pytest.approx(36 * 0.2, rel=1e-3)
+    assert "train_time_interval" in rec.snippet
+    assert any(r.settings == {"plugins": "AsyncCheckpointIO"} for r in report.recommendations)
+
+
+def test_logging_every_step_is_advised_lightnings_default_interval() -> None:
+    ledger = _ledger(logging=2.0)
+    ledger.log_calls = STEPS
+    report = diagnose(_evidence(ledger))
+    rec = report.recommendations[0]
+    assert ledger_cause(report, ledger) == "logging"
+    assert rec.settings == {"log_every_n_steps": 10} or rec.settings == {"log_every_n_steps": 50}
+    assert rec.where == "Trainer"
+    interval = rec.settings["log_every_n_steps"]
+    assert rec.saved_s == pytest.approx(2.0 * (1 - 1 / interval), rel=1e-3)
+
+
+def test_sync_dist_is_advised_only_with_several_ranks() -> None:
+    ledger = _ledger(logging=3.0)
+    ledger.self_log_calls, ledger.self_log_s = 400, 2.8
+    ledger.log_calls = 4
+    single = fit_findings(_evidence(ledger))[0].evidence["levers"]
+    assert not any("sync_dist" in lv["settings"] for lv in single)
+    ddp = fit_findings(_evidence(ledger, world=2))[0].evidence["levers"]
+    assert any(lv["settings"] == {"sync_dist": False} and lv["where"] == "self.log" for lv in ddp)
+
+
+def test_a_heavy_callback_is_named_with_its_hook_and_its_knob() -> None:
+    ledger = _ledger(callbacks=2.0)
+    ledger.hooks = {
+        "WeightStats.on_train_batch_end": HookTime(2.0, STEPS),
+        "Other.on_fit_start": HookTime(0.01, 1),
+    }
+    report = diagnose(_evidence(ledger))
+    finding = report.findings[0]
+    assert "WeightStats.on_train_batch_end" in finding.summary and "10 ms each" in finding.summary
+    rec = report.recommendations[0]
+    assert rec.settings == {} and rec.where == "WeightStats" and "on_train_batch_end" in rec.title
+    knobs = FitProbes(callback_knobs={"WeightStats": {"every_n_steps": 1}})
+    rec = diagnose(_evidence(ledger, knobs)).recommendations[0]
+    assert rec.where == "WeightStats" and rec.settings == {"every_n_steps": 10}
+    assert rec.method == "computed"
+
+
+def test_a_long_sanity_check_in_a_short_fit_is_advised_off() -> None:
+    ledger = _ledger(sanity_check=1.5)
+    ledger.sanity_batches = 2
+    rec = diagnose(_evidence(ledger)).recommendations[0]
+    assert rec.settings == {"num_sanity_val_steps": 0}
+    assert rec.saved_s == pytest.approx(1.5, rel=1e-3)
+
+
+def test_small_parts_give_no_finding_and_leave_the_in_step_verdict() -> None:
+    ledger = _ledger(validation=0.05, checkpointing=0.05)
+    ledger.validation_runs, ledger.checkpoint_saves = 2, 2
+    ev = _evidence(ledger)
+    assert fit_findings(ev) == []
+    assert diagnose(ev).primary != Category.REST_OF_FIT
+
+
+def test_in_step_and_rest_of_fit_candidates_compete_on_whole_fit_seconds() -> None:
+    """A data wait of 60% of the step against validation worth 10% of the fit: the input fix saves more."""
+    ledger = _ledger(validation=0.2)
+    ledger.validation_runs, ledger.validation_batches = 20, 40
+    ev = _evidence(ledger)
+    assert ev.timing is not None
+    ev.timing.data_wait_ms = [0.6 * STEP_MS] * 50
+    report = diagnose(ev)
+    assert report.primary == Category.INPUT
+    kinds = [r.kind for r in report.recommendations if r.saved_s]
+    assert kinds[0] == "input" and "rest_of_fit" in kinds
+    saved = [r.saved_s or 0.0 for r in report.recommendations if r.saved_s]
+    assert saved == sorted(saved, reverse=True)
+    # every expected speed-up is over the whole fit
+    for r in report.recommendations:
+        if r.saved_s and r.expected_speedup:
+            assert math.isclose(r.expected_speedup, ledger.fit_s / (ledger.fit_s - r.saved_s), rel_tol=0.02)
+
+
+def test_shares_and_speedups_leave_out_the_diagnosis_itself() -> None:
+    """The callback's own measurement stage is no part of the user's fit: shares are of the fit without it."""
+    ledger = _ledger(checkpointing=1.0, diagnosis=20.0)
+    ledger.checkpoint_saves = 40
+    finding = fit_findings(_evidence(ledger))[0]
+    assert finding.evidence["part"] == "checkpointing"
+    assert finding.evidence["fit_s"] == pytest.approx(ledger.fit_s - 20.0, rel=1e-6)
+    rec = diagnose(_evidence(ledger)).recommendations[0]
+    own = ledger.fit_s - 20.0
+    assert rec.saved_s is not None
+    assert rec.expected_speedup == pytest.approx(own / (own - rec.saved_s), rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------- real fits
+
+
+@pytest.fixture(scope="module")
+def busy_core() -> Iterator[None]:
+    """Another process keeps one core busy for every real fit below (verdict tests must hold then)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _fit(
+    root: Path,
+    model: Any,
+    val: Any = None,
+    callbacks: list[Any] | None = None,
+    callback_kwargs: dict[str, Any] | None = None,
+    **trainer: Any,
+) -> Report:
+    import torch
+
+    from lightning_bottleneck import BottleneckCallback
+
+    from conftest import quiet_trainer
+    from scenarios import in_memory
+
+    torch.manual_seed(0)
+    kwargs: dict[str, Any] = {
+        "wait": 2,
+        "warmup": 2,
+        "active": 4,
+        "verbose": False,
+        "probe_loader": False,
+        "trial_budget_s": 0,
+        **(callback_kwargs or {}),
+    }
+    cb = BottleneckCallback(**kwargs)
+    from torch.utils.data import DataLoader
+
+    train = DataLoader(in_memory(480, 32), batch_size=16)  # 30 steps
+    options: dict[str, Any] = {"max_epochs": 1, **trainer}
+    if val is None:
+        options.setdefault("limit_val_batches", 0)
+    t = quiet_trainer(root, [*(callbacks or []), cb], **options)
+    t.fit(model, train, val)
+    assert cb.report is not None
+    return cb.report
+
+
+def _slow_val(n: int = 64, delay_s: float = 0.004) -> Any:
+    from torch.utils.data import DataLoader
+
+    from scenarios import SlowDataset
+
+    return DataLoader(SlowDataset(n=n, delay_s=delay_s), batch_size=16)
+
+
+def _regressor(**kw: Any) -> Any:
+    from scenarios import Regressor
+
+    return Regressor(**kw)
+
+
+def _cause(report: Report) -> str | None:
+    return (report.metrics.get("ledger") or {}).get("cause")
+
+
+def test_fit_validating_every_five_batches_over_a_slow_val_loader(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(tmp_path, _regressor(), _slow_val(), val_check_interval=5)
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "validation"
+    top = report.findings[0]
+    assert top.kind == FindingKind.REST_OF_FIT and top.evidence["part"] == "validation"
+    assert top.evidence["share_of_fit"] >= T.FIT_PART_SHARE_HIGH
+    assert "waiting for the val DataLoader" in top.summary
+    rec = report.recommendations[0]
+    assert rec.where == "Trainer" and set(rec.settings) == {"val_check_interval"}
+    assert rec.settings["val_check_interval"] in (
+        10,
+        15,
+        20,
+        25,
+        30,
+    )  # a multiple of 5, one validation at least
+    assert rec.method == "computed" and rec.expected_speedup and rec.expected_speedup > 1.3
+
+
+def test_fit_val_loader_probe_measures_val_workers(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(
+        tmp_path,
+        _regressor(),
+        _slow_val(n=128),
+        val_check_interval=10,
+        callback_kwargs={"probe_loader": True, "loader_budget_s": 3.0},
+    )
+    probes = report.metrics.get("fit_probes") or {}
+    assert probes.get("val_ladder") and probes["val_num_workers"] == 0, report.notes
+    rec = next((r for r in report.recommendations if r.where == "val DataLoader"), None)
+    assert rec is not None, [r.title for r in report.recommendations]
+    assert rec.settings["num_workers"] >= 2 and rec.method == "measured", (probes, rec)
+
+
+def test_fit_checkpointing_every_two_steps(tmp_path: Path, busy_core: None) -> None:
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    model = _regressor()
+    model.register_buffer("big", torch.zeros(8 * 2**20))  # 32 MB in every checkpoint
+    ckpt = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2)
+    report = _fit(tmp_path, model, callbacks=[ckpt], enable_checkpointing=True)
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "checkpointing"
+    assert report.findings[0].evidence["part"] == "checkpointing"
+    assert report.metrics["ledger"]["checkpoint_saves"] >= 10
+    rec = report.recommendations[0]
+    assert rec.where == "ModelCheckpoint" and set(rec.settings) == {"every_n_train_steps"}
+    assert rec.settings["every_n_train_steps"] % 2 == 0 and rec.settings["every_n_train_steps"] >= 6
+
+
+class _SlowLogger:
+    """A logger whose writes take 40 ms (a remote tracking server)."""
+
+    @staticmethod
+    def make() -> Any:
+        from lightning.pytorch.loggers import Logger
+
+        class SlowLogger(Logger):
+            name = "slow"  # type: ignore[assignment]
+            version = "0"  # type: ignore[assignment]
+
+            def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+                time.sleep(0.04)
+
+            def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+                pass
+
+        return SlowLogger()
+
+
+def test_fit_logging_every_step_to_a_slow_logger(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(tmp_path, _regressor(), logger=_SlowLogger.make(), log_every_n_steps=1)
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "logging"
+    rec = report.recommendations[0]
+    assert rec.where == "Trainer" and set(rec.settings) == {"log_every_n_steps"}
+    assert rec.settings["log_every_n_steps"] >= 5
+
+
+def test_fit_a_heavy_user_callback_is_named_with_its_knob(tmp_path: Path, busy_core: None) -> None:
+    import lightning.pytorch as pl
+
+    class SlowStats(pl.Callback):
+        def __init__(self, every_n_steps: int = 1) -> None:
+            self.every_n_steps = every_n_steps
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+            if trainer.global_step % self.every_n_steps == 0:
+                time.sleep(0.04)
+
+    report = _fit(tmp_path, _regressor(), callbacks=[SlowStats()])
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "callbacks"
+    assert "SlowStats.on_train_batch_end" in report.findings[0].summary
+    rec = report.recommendations[0]
+    assert rec.where == "SlowStats" and rec.settings == {"every_n_steps": 10}
+
+
+def test_fit_a_slow_sanity_check_in_a_short_fit(tmp_path: Path, busy_core: None) -> None:
+    report = _fit(
+        tmp_path,
+        _regressor(),
+        _slow_val(n=64, delay_s=0.02),  # 320 ms per val batch
+        num_sanity_val_steps=2,
+        check_val_every_n_epoch=2,  # no validation in this one-epoch fit: only the sanity check
+    )
+    assert report.metrics["ledger"]["sanity_batches"] == 2
+    assert report.primary == Category.REST_OF_FIT, (report.primary, report.metrics.get("ledger"))
+    assert _cause(report) == "sanity_check"
+    rec = report.recommendations[0]
+    assert rec.where == "Trainer" and rec.settings == {"num_sanity_val_steps": 0}
+    assert "first validation" in rec.detail
+
+
+def test_a_rest_of_fit_verdict_rests_on_the_ledger_not_on_the_profiled_window() -> None:
+    ledger = _ledger(validation=9.0)
+    ledger.validation_runs, ledger.validation_batches = 20, 80
+    report = diagnose(_evidence(ledger))  # no trace: an in-step verdict would be capped by the short window
+    assert report.primary == Category.REST_OF_FIT and report.confidence >= 0.9
+
+
+def test_a_single_validation_is_never_advised_away() -> None:
+    """One validation at the end of a one-epoch fit: no interval can drop it; fewer val batches can."""
+    ledger = _ledger(validation=3.0)
+    ledger.validation_runs, ledger.validation_batches = 1, 100
+    levers = fit_findings(_evidence(ledger))[0].evidence["levers"]
+    assert [lv["settings"] for lv in levers] == [{"limit_val_batches": 0.1}]
