@@ -90,7 +90,9 @@ def _fit(root: Path, callbacks: list[pl.Callback]) -> tuple[pl.Trainer, Net, str
     return trainer, model, csv, torch.get_rng_state()
 
 
-def test_fit_with_trials_is_bitwise_identical_to_fit_without(tmp_path: Path) -> None:
+def test_fit_with_trials_is_bitwise_identical_to_fit_without(
+    tmp_path: Path, precision_lever_on_any_cpu: None
+) -> None:
     plain_trainer, plain, plain_csv, plain_rng = _fit(tmp_path / "plain", [])
     probe = TrialAt(3, budget_s=1.0, compile_budget_s=120.0)
     tried_trainer, tried, tried_csv, tried_rng = _fit(tmp_path / "tried", [probe])

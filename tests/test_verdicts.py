@@ -54,8 +54,9 @@ def test_wide_mlp_is_compute(tmp_path: Path) -> None:
     report = cb.report
     assert report is not None and report.primary == Category.COMPUTE, report.breakdown
     assert report.breakdown["compute"] > 0.5
-    # a busy core slows the in-memory fetch to ~5.5% of the step (issue 10): far from input-bound still
-    assert report.breakdown["data_wait"] < 0.1
+    # a busy core slows the in-memory fetch to ~5.5% of the step (issue 10), and an AVX2-only VM's to ~11%:
+    # far from input-bound still
+    assert report.breakdown["data_wait"] < 0.2
     assert any(r.settings.get("compile") for r in report.recommendations)
 
 

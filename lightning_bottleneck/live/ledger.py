@@ -452,7 +452,7 @@ class LiveLedger:
         self._wrap(connector, "log_metrics", self._timed(self.s_log_metrics))
         if not _compiled(self.pl_module):  # torch.compile would trace the wrapper inside the step
             for name in ("log", "log_dict"):
-                self._wrap(self.pl_module, name, self._timed(self.s_self_log))
+                self._wrap(self.pl_module, name, self._timed(self.s_self_log), late=True)
 
     def uninstall(self) -> None:
         """Put the user's profiler back and remove every bound; safe to call twice, never raises."""
@@ -467,12 +467,28 @@ class LiveLedger:
                 if name in vars(obj):
                     delattr(obj, name)
 
-    def _wrap(self, obj: Any, name: str, around: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-        """Shadow ``obj.name`` by an instance attribute for the fit (skipped when the version lacks it)."""
+    def _wrap(
+        self,
+        obj: Any,
+        name: str,
+        around: Callable[[Callable[..., Any]], Callable[..., Any]],
+        late: bool = False,
+    ) -> None:
+        """Shadow ``obj.name`` by an instance attribute for the fit (skipped when the version lacks it).
+
+        ``late``: the class's method is looked up at each call, not bound now, so that a patch of the class made
+        after this (the sync tracker's ``LightningModule.log``, installed at train start) still runs."""
         original = getattr(obj, name, None)
         if original is None or not callable(original) or name in vars(obj):
             return
-        wrapped = functools.wraps(original)(around(original))
+        target = original
+        if late:
+            cls = type(obj)
+
+            def target(*args: Any, **kwargs: Any) -> Any:
+                return getattr(cls, name)(obj, *args, **kwargs)
+
+        wrapped = functools.wraps(original)(around(target))
         object.__setattr__(obj, name, wrapped)  # nn.Module's __setattr__ is not needed for a function
         self._patched.append((obj, name))
 

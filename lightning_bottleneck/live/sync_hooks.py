@@ -153,6 +153,8 @@ class SyncTracker:
         self._stdlib = _stdlib_roots()
         self._own_dir = os.path.join(os.path.realpath(os.path.dirname(__file__)), "")
         self._own_file = os.path.realpath(__file__)
+        # the wrappers themselves, and the whole-fit ledger's timers around ``self.log``, are transparent
+        self._transparent = {self._own_file, os.path.join(os.path.dirname(self._own_file), "ledger.py")}
 
     # ------------------------------------------------------------------ lifecycle
     def install(self) -> None:
@@ -511,8 +513,8 @@ class SyncTracker:
         if filename.startswith("<"):
             return _LIB if filename.startswith("<frozen") else _USER
         real = os.path.realpath(filename)
-        if real == self._own_file:
-            return _LIB  # the wrappers themselves are transparent
+        if real in self._transparent:
+            return _LIB
         if real.startswith(self._own_dir):
             return _IGNORE
         for name, root in self._pkg_roots:
