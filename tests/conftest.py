@@ -73,6 +73,18 @@ def quiet_trainer(root: Path, callbacks: list, **overrides: object):
     return pl.Trainer(**options)
 
 
+#: The callback as verdict tests run it: a short window; the measurement stage (loader probe, trials) has its
+#: own tests in test_live.py, so it is off here to keep verdict tests fast (callback_kwargs turn it on).
+FAST_CALLBACK: dict = {
+    "wait": 2,
+    "warmup": 2,
+    "active": 4,
+    "verbose": False,
+    "probe_loader": False,
+    "trial_budget_s": 0,
+}
+
+
 def fit_scenario(
     name: str,
     root: Path,
@@ -89,18 +101,7 @@ def fit_scenario(
 
     torch.manual_seed(0)
     model, train, val = scenario(name)
-    # the measurement stage (loader probe, trials) has its own tests in test_live.py; off by default here
-    # so verdict tests stay fast (a test passes callback_kwargs to turn it on)
-    kwargs = {
-        "wait": 2,
-        "warmup": 2,
-        "active": 4,
-        "verbose": False,
-        "probe_loader": False,
-        "trial_budget_s": 0,
-    }
-    kwargs.update(callback_kwargs or {})
-    callback = BottleneckCallback(**kwargs)
+    callback = BottleneckCallback(**{**FAST_CALLBACK, **(callback_kwargs or {})})
     options: dict = {"max_steps": max_steps}
     if val is None:
         options["limit_val_batches"] = 0

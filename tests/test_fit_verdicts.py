@@ -236,20 +236,11 @@ def _fit(
 
     from lightning_bottleneck import BottleneckCallback
 
-    from conftest import quiet_trainer
+    from conftest import FAST_CALLBACK, quiet_trainer
     from scenarios import in_memory
 
     torch.manual_seed(0)
-    kwargs: dict[str, Any] = {
-        "wait": 2,
-        "warmup": 2,
-        "active": 4,
-        "verbose": False,
-        "probe_loader": False,
-        "trial_budget_s": 0,
-        **(callback_kwargs or {}),
-    }
-    cb = BottleneckCallback(**kwargs)
+    cb = BottleneckCallback(**{**FAST_CALLBACK, **(callback_kwargs or {})})
     from torch.utils.data import DataLoader
 
     train = DataLoader(in_memory(480, 32), batch_size=16)  # 30 steps
