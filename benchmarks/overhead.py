@@ -96,6 +96,7 @@ class Fit:
     seconds: float
     compute_ms: list[float] = field(default_factory=list)  # per step
     whole_ms: list[float] = field(default_factory=list)  # batch end to batch end (step i from i=1)
+    pause_step: int | None = None  # the step whose batch end took the mid-run verdict (callback variants)
 
 
 def run_fit(steps: int, variant: str) -> Fit:
@@ -133,15 +134,24 @@ def run_fit(steps: int, variant: str) -> Fit:
             elapsed = time.perf_counter() - t0
     compute = [(e - s) * 1e3 for s, e in zip(clock.starts, clock.ends, strict=False)]
     whole = [(b - a) * 1e3 for a, b in zip(clock.ends, clock.ends[1:], strict=False)]
-    return Fit(elapsed, compute, whole)
+    pause = None
+    for cb in callbacks:
+        midrun = getattr(cb, "midrun_report", None)
+        if midrun is not None:
+            pause = midrun.steps_observed
+    return Fit(elapsed, compute, whole, pause)
 
 
 def after_window(fit: Fit) -> tuple[float, float, float, float]:
     """(median compute ms, worst compute ms after the window, median whole ms, worst whole ms after the
-    window leaving out the first step of every epoch: the epoch's end, checkpoint and loader restart)."""
+    window leaving out the first step of every epoch (the epoch's end, checkpoint and loader restart) and
+    the step after the mid-run verdict's batch end (a deliberate pause: see :func:`verdict_pause_ms`))."""
     comp = fit.compute_ms
     whole = {i + 1: ms for i, ms in enumerate(fit.whole_ms)}  # step index -> time since previous end
-    after_whole = [ms for i, ms in whole.items() if i >= WINDOW_END and i % STEPS_PER_EPOCH != 0]
+    paused = fit.pause_step + 1 if fit.pause_step is not None else -1
+    after_whole = [
+        ms for i, ms in whole.items() if i >= WINDOW_END and i % STEPS_PER_EPOCH != 0 and i != paused
+    ]
     after_comp = comp[WINDOW_END:] or comp
     return (
         statistics.median(comp),
@@ -149,6 +159,14 @@ def after_window(fit: Fit) -> tuple[float, float, float, float]:
         statistics.median(fit.whole_ms),
         max(after_whole) if after_whole else float("nan"),
     )
+
+
+def verdict_pause_ms(fit: Fit) -> float:
+    """Extra ms of the whole step that followed the mid-run verdict's batch end (the verdict, its
+    publishing and the measurement stage when the fit is long enough to pay for it) over the median step."""
+    if fit.pause_step is None or fit.pause_step >= len(fit.whole_ms):
+        return 0.0
+    return fit.whole_ms[fit.pause_step] - statistics.median(fit.whole_ms)
 
 
 def run_rounds(lengths: list[int], rounds: int, variants: list[str]) -> dict[int, dict[str, list[Fit]]]:
@@ -297,16 +315,25 @@ def print_markdown(
     fit length, and the worst step after the window against the median step (longest fit)."""
     n_max = max(lengths)
     head = " | ".join(f"{n} steps" for n in lengths)
-    print(f"\n| variant | fixed ms/fit | us/step | {head} | worst step after the window / median |")
-    print("|---" * (4 + len(lengths)) + "|")
-    for v in variants[1:]:
+    print(
+        f"\n| variant | fixed ms/fit | us/step | {head} | worst compute step after the window / median"
+        " | worst whole step / median | mid-run verdict pause ms |"
+    )
+    print("|---" * (6 + len(lengths)) + "|")
+    for v in variants:
         ratios = " | ".join(
             f"{statistics.median(f.seconds for f in results[n][v]) / statistics.median(f.seconds for f in results[n]['bare']):.3f}x"
             for n in lengths
         )
-        worst = statistics.median(after_window(f)[1] / after_window(f)[0] for f in results[n_max][v])
-        fixed, per_step = costs[v]
-        print(f"| {v} | {fixed:.0f} | {per_step:.1f} | {ratios} | {worst:.2f}x |")
+        rows = [after_window(f) for f in results[n_max][v]]
+        worst = statistics.median(r[1] / r[0] for r in rows)
+        worst_whole = statistics.median(r[3] / r[2] for r in rows)
+        pause = statistics.median(verdict_pause_ms(f) for f in results[n_max][v])
+        fixed, per_step = costs.get(v, (0.0, 0.0))
+        print(
+            f"| {v} | {fixed:.0f} | {per_step:.1f} | {ratios} | {worst:.2f}x | {worst_whole:.2f}x"
+            f" | {pause:.0f} |"
+        )
 
 
 def main() -> None:

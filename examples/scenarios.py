@@ -119,7 +119,7 @@ def scenario(name: str) -> tuple[pl.LightningModule, DataLoader, DataLoader | No
     if name == "overhead":
         return Regressor(tiny_ops=300), DataLoader(in_memory(512, 32), batch_size=8), None
     if name == "compute":
-        return Regressor(dim=512, width=1024, depth=3), DataLoader(in_memory(4096, 512), batch_size=256), None
+        return Regressor(dim=512, width=2048, depth=3), DataLoader(in_memory(4096, 512), batch_size=256), None
     if name == "slow_val":
         train = DataLoader(in_memory(4096, 512), batch_size=256)
         val = DataLoader(SlowDataset(n=64, dim=512, delay_s=0.01), batch_size=8)

@@ -50,7 +50,9 @@ TRACE_SUBDIR = "bottleneck"  # a run in torch-tb-profiler's run list: <log_dir>/
 #: Under DDP the mid-run verdict is taken this many training steps after the window closed, joining the
 #: analysis thread there, so that every rank runs the measurement stage at the same step (a 15-step
 #: window's trace reads in well under a second: 10 steps leave it time on any but the fastest loops).
-#: A single process takes it at the first batch end after the thread finished, at the latest here too.
+#: A single process never waits: it takes the verdict at the first batch end after the analysis finished
+#: (the child is warm by then, ~50 ms; a child that fails or hangs is replaced by the in-process analysis
+#: within CHILD_TIMEOUT_S, so the verdict always comes), and the training thread never blocks on it.
 MIDRUN_DELAY_STEPS = 10
 #: Seconds the end of fit / teardown waits for a still-running analysis thread before giving up on it.
 JOIN_TIMEOUT_S = 120.0
@@ -125,6 +127,11 @@ class FitRun:
             Path(self.options.report_path) if self.options.report_path else log_dir / REPORT_FILENAME
         )
         self.ledger = LiveLedger.install(trainer, trainer.lightning_module, self.owner)
+        # The torch-free child starts now (the training thread: the parent-death signal follows it), so
+        # that its interpreter start and imports (~0.3-0.4 s of CPU, at lower priority) overlap Lightning's
+        # own start-up and the steps before the window, and it is warm when the window closes: the
+        # analysis then takes ~50 ms and the mid-run verdict never waits for a start-up.
+        self.worker = ChildWorker.start()
 
     def train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Read the run's configuration, install the sync hooks, set up the gather, start the window."""
@@ -227,11 +234,11 @@ class FitRun:
             self.window_ring = (self.window_ring[0], self.timer.step_ms.n)
         if not self.window.trace_files:
             return
-        # the child starts now, not earlier: its start-up would load the CPU the window's steps measure
-        self.worker = ChildWorker.start()  # (the training thread: the parent-death signal follows it)
+        if self.worker is None:  # started in setup; not when the run was set up some other way
+            self.worker = ChildWorker.start()
         self.analysis = WindowAnalysis.start(self.window.trace_files[-1], self.rank, self.worker)
-        self.measure_at = self.timer.steps + MIDRUN_DELAY_STEPS
         # a single process looks at the thread at every batch end; DDP ranks all wait for the fixed step
+        self.measure_at = NEVER if self.world_size == 1 else self.timer.steps + MIDRUN_DELAY_STEPS
         self.schedule(self.timer.steps + 1 if self.world_size == 1 else self.measure_at)
 
     def schedule(self, at: int) -> None:

@@ -87,6 +87,7 @@ class ProfilerWindow:
         self.notes: list[str] = []  # what went wrong while exporting (for the report)
         self._trace_dir: Path | None = None
         self._worker = "rank0"
+        self._registered = False  # this window added "ProfilerStep" to torch's step tracker
 
     # ------------------------------------------------------------------ start / step / stop
     @property
@@ -100,6 +101,10 @@ class ProfilerWindow:
         activities = [ProfilerActivity.CPU]
         if cuda:
             activities.append(ProfilerActivity.CUDA)
+        # torch.profiler.profile registers "ProfilerStep" with torch's global step tracker and erases it only
+        # in __exit__, which a started/stopped session never calls: erased in stop() as __exit__ would, so
+        # that the next fit's setup knows no session is left (and skips the object scan).
+        self._registered = not _maybe_constructed()
         self.prof = torch.profiler.profile(
             activities=activities,
             schedule=self._schedule,
@@ -142,7 +147,12 @@ class ProfilerWindow:
         if prof is not None:
             if not save:
                 prof.on_trace_ready = None
-            prof.stop()
+            try:
+                prof.stop()
+            finally:
+                if self._registered:
+                    self._registered = False
+                    _erase_step_tracker()
 
     def release(self) -> None:
         """Undo everything, never raising: close labels, stop the profiler (discarding a partial window)."""
@@ -216,14 +226,40 @@ def profiler_in_use(scan: bool = True) -> bool:
     crash the process when it starts recording next to this window's (torch 2.13 segfaults): it is found
     among the live ``torch.profiler.profile`` objects as one that was started (its ``ProfilerStep#`` label
     is open) and not stopped. Costs one pass of the garbage collector's object list (~50 ms with torch and
-    lightning loaded), so it is done at setup only (``scan``); train start checks the recording flags.
+    lightning loaded), so it is done at setup only (``scan``) and only when torch's step tracker says a
+    ``profile`` was constructed and not exited; train start checks the recording flags.
     """
     if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
         return True
     enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
     if enabled is not None and enabled():
         return True
-    return scan and any(getattr(p, "step_rec_fn", None) is not None for p in _profile_objects())
+    return scan and _maybe_constructed() and any(
+        getattr(p, "step_rec_fn", None) is not None for p in _profile_objects()
+    )
+
+
+def _erase_step_tracker() -> None:
+    tracker = getattr(torch.autograd.profiler, "KinetoStepTracker", None)
+    erase = getattr(tracker, "erase_step_count", None)
+    if erase is not None:
+        erase(PROFILER_STEP_KEY)
+
+
+#: The key ``torch.profiler.profile`` registers with ``KinetoStepTracker`` (torch.profiler.profiler's
+#: ``PROFILER_STEP_NAME``).
+PROFILER_STEP_KEY = "ProfilerStep"
+
+
+def _maybe_constructed() -> bool:
+    """Whether a ``torch.profiler.profile`` may exist: its constructor registers ``"ProfilerStep"`` with
+    torch's global ``KinetoStepTracker`` and its ``__exit__`` erases it, so without that key there is none
+    to scan for (the usual case: the ~50 ms object scan is skipped). True when torch has no such tracker."""
+    tracker = getattr(torch.autograd.profiler, "KinetoStepTracker", None)
+    steps = getattr(tracker, "_step_dict", None)
+    if not isinstance(steps, dict):
+        return True
+    return PROFILER_STEP_KEY in steps
 
 
 def _profile_objects() -> list[torch.profiler.profile]:

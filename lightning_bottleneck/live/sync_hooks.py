@@ -384,6 +384,10 @@ class SyncTracker:
         cpu_devices: dict[int, tuple[Any, bool]] = {}
 
         def to(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if cpu_run:  # first, the cheapest test: a library caller seen before is never timed on a CPU run
+                kind = kind_get(id(getframe(1).f_code))  # (Lightning: ~7 calls a step)
+                if kind is not None and kind[0] != _USER:
+                    return orig(t, *args, **kwargs)
             dest = args[0] if args else kwargs.get("device")
             cls = dest.__class__
             if cls is dtype_cls or dest is None or not tracker._active or depth.depth:
@@ -408,10 +412,6 @@ class SyncTracker:
             non_blocking = kwargs.get("non_blocking") or (len(args) > nb_pos and args[nb_pos] is True)
             if not to_cpu or non_blocking or (not cpu_run and t.is_cpu):
                 return orig(t, *args, **kwargs)
-            if cpu_run:  # only the user's own calls count (see _record): a library caller seen before
-                kind = kind_get(id(getframe(1).f_code))  # is not timed (Lightning: ~7 calls a step)
-                if kind is not None and kind[0] != _USER:
-                    return orig(t, *args, **kwargs)
             depth.depth = 1
             t0 = perf()
             try:
@@ -492,9 +492,15 @@ class SyncTracker:
     def _log_wrapper(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         tracker, getframe = self, sys._getframe
 
+        sites = self._log_sites
+
         def log(module: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
             if tracker._active:
-                tracker._remember_log(name, args, kwargs, getframe(1))
+                f = getframe(1)
+                site = sites.get(name)
+                # the common call, every step: self.log(name, value) from the same line as last time
+                if args or kwargs or site is None or site.code is not f.f_code or site.lineno != f.f_lineno:
+                    tracker._remember_log(name, args, kwargs, f)
             return orig(module, name, value, *args, **kwargs)
 
         log.__wrapped__ = orig  # type: ignore[attr-defined]
