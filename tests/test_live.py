@@ -66,8 +66,14 @@ def test_report_holds_the_verdict_well_before_fit_ends(tmp_path: Path) -> None:
     # The window ends at step 5. A single process never waits for the analysis (its child, started at
     # setup, is usually warm by then): the verdict is published at the first batch end after the analysis
     # finished, mid-run (this step is ~2 ms, so the analysis spans a few to a few dozen steps).
-    assert poll.analysed_step is not None and poll.first_step is not None, (poll.analysed_step, poll.first_step)
-    assert poll.first_step <= poll.analysed_step + 1 and poll.first_step < 150, (poll.analysed_step, poll.first_step)
+    assert poll.analysed_step is not None and poll.first_step is not None, (
+        poll.analysed_step,
+        poll.first_step,
+    )
+    assert poll.first_step <= poll.analysed_step + 1 and poll.first_step < 150, (
+        poll.analysed_step,
+        poll.first_step,
+    )
     assert cb.midrun_report is not None and cb.report is not None
     assert any("Mid-run verdict at step" in n for n in cb.midrun_report.notes)
     assert any(n.startswith("Since the mid-run verdict:") for n in cb.report.notes)

@@ -234,8 +234,10 @@ def profiler_in_use(scan: bool = True) -> bool:
     enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
     if enabled is not None and enabled():
         return True
-    return scan and _maybe_constructed() and any(
-        getattr(p, "step_rec_fn", None) is not None for p in _profile_objects()
+    return (
+        scan
+        and _maybe_constructed()
+        and any(getattr(p, "step_rec_fn", None) is not None for p in _profile_objects())
     )
 
 

@@ -276,7 +276,9 @@ def measure(
     wants_val = options.probe_loader and wants_val_probe(ledger)
     wants_trial = batch is not None and wants_trials(summary)
     options = options.resolved(
-        projected_run_s(out.run_length, timing), out.notes, (wants_probe or wants_val, wants_trial, wants_trial)
+        projected_run_s(out.run_length, timing),
+        out.notes,
+        (wants_probe or wants_val, wants_trial, wants_trial),
     )
     plan = [
         wants_probe and (options.loader_budget_s or 0.0) > 0,
