@@ -305,6 +305,65 @@ def where_the_work_runs(steps: int, rounds: int) -> None:
         print(f"{mode:<11} {others:20.3f} {kids:9.3f} {med:15.2f} {worst:39.2f} {slow_counts!s:>30}")
 
 
+def direct_fixed_cost(steps: int, rounds: int) -> None:
+    """The callback's fixed cost measured inside one fit, immune to the machine's drift between fits: wall
+    time spent in the callback's own hooks (each ``BottleneckCallback`` hook method timed) beyond the always-on
+    per-step part (the median hook time of a step outside the window, times the steps), plus the profiled
+    steps' extra compute (window steps over the median step). What it cannot see: the child process's CPU
+    competing for a core (printed as CPU seconds) and steps slowed by anything outside the hooks."""
+    import functools
+    import resource
+
+    from lightning_bottleneck.live.callback import BottleneckCallback as Cb
+
+    spent: dict[str, list[float]] = {}
+    originals = {}
+    for name in list(vars(Cb)):
+        if not (name.startswith("on_") or name in ("setup", "teardown")) or not callable(vars(Cb)[name]):
+            continue
+        fn = vars(Cb)[name]
+        originals[name] = fn
+
+        def timed(*args: Any, __fn: Any = fn, __name: str = name, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return __fn(*args, **kwargs)
+            finally:
+                spent.setdefault(__name, []).append(time.perf_counter() - t0)
+
+        setattr(Cb, name, functools.wraps(fn)(timed))
+    per_step_hooks = ("on_train_batch_start", "on_before_backward", "on_after_backward",
+                      "on_before_optimizer_step", "on_train_batch_end")  # fmt: skip
+    rows = []
+    try:
+        for _ in range(rounds):
+            spent.clear()
+            kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            fit = run_fit(steps, "callback")
+            kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            child_cpu = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+            total = sum(sum(v) for v in spent.values())
+            # the always-on part: each per-step hook's median call (outside the window) x its calls
+            always = sum(
+                statistics.median(spent[h][WINDOW_END:]) * len(spent[h]) for h in per_step_hooks if h in spent
+            )
+            med = statistics.median(fit.compute_ms)
+            window_extra = sum(max(0.0, ms - med) for ms in fit.compute_ms[5:WINDOW_END])
+            rows.append(
+                (total * 1e3, always * 1e3, (total - always) * 1e3 + window_extra, child_cpu, fit.seconds)
+            )
+            top = sorted(((sum(v) * 1e3, k) for k, v in spent.items()), reverse=True)[:6]
+            print("  hooks by wall ms: " + ", ".join(f"{k} {ms:.1f}" for ms, k in top), file=sys.stderr)
+    finally:
+        for name, fn in originals.items():
+            setattr(Cb, name, fn)
+    print(f"\ndirect fixed cost, {steps}-step callback fit, {rounds} rounds (median):")
+    for label, k in (("time in the callback's hooks, ms", 0), ("of which the always-on per-step path, ms", 1),
+                     ("fixed cost: the rest + the profiled steps' extra compute, ms", 2),
+                     ("child process CPU, s (at lower priority, beside training)", 3)):  # fmt: skip
+        print(f"  {label:<62} {statistics.median(r[k] for r in rows):9.2f}")
+
+
 def print_markdown(
     results: dict[int, dict[str, list[Fit]]],
     lengths: list[int],
@@ -348,6 +407,13 @@ def main() -> None:
     )
     parser.add_argument("--hooks-only", action="store_true", help="only the direct always-on measurement")
     parser.add_argument(
+        "--direct",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="only: the fixed cost measured inside a STEPS-step fit (time in the callback's hooks)",
+    )
+    parser.add_argument(
         "--where",
         type=int,
         default=0,
@@ -359,6 +425,10 @@ def main() -> None:
     if args.where:
         run_fit(20, "bare")
         where_the_work_runs(args.where, args.rounds)
+        return
+    if args.direct:
+        run_fit(20, "bare")
+        direct_fixed_cost(args.direct, args.rounds)
         return
     if args.hooks_only:
         hook_ns, sync_ns = statistics.median(hook_cost_ns() for _ in range(3)), sync_hooks_cost_ns()
