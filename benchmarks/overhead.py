@@ -148,7 +148,9 @@ def after_window(fit: Fit) -> tuple[float, float, float, float]:
     the step after the mid-run verdict's batch end (a deliberate pause: see :func:`verdict_pause_ms`))."""
     comp = fit.compute_ms
     whole = {i + 1: ms for i, ms in enumerate(fit.whole_ms)}  # step index -> time since previous end
-    paused = fit.pause_step + 1 if fit.pause_step is not None else -1
+    # the verdict runs at the batch end of step ``pause_step`` (counted from 1), after StepClock's: its pause
+    # lies between that step's end and the next one's, i.e. whole_ms[pause_step - 1], keyed pause_step here
+    paused = fit.pause_step if fit.pause_step is not None else -1
     after_whole = [
         ms for i, ms in whole.items() if i >= WINDOW_END and i % STEPS_PER_EPOCH != 0 and i != paused
     ]
@@ -164,9 +166,9 @@ def after_window(fit: Fit) -> tuple[float, float, float, float]:
 def verdict_pause_ms(fit: Fit) -> float:
     """Extra ms of the whole step that followed the mid-run verdict's batch end (the verdict, its
     publishing and the measurement stage when the fit is long enough to pay for it) over the median step."""
-    if fit.pause_step is None or fit.pause_step >= len(fit.whole_ms):
+    if fit.pause_step is None or not 0 < fit.pause_step <= len(fit.whole_ms):
         return 0.0
-    return fit.whole_ms[fit.pause_step] - statistics.median(fit.whole_ms)
+    return fit.whole_ms[fit.pause_step - 1] - statistics.median(fit.whole_ms)
 
 
 def run_rounds(lengths: list[int], rounds: int, variants: list[str]) -> dict[int, dict[str, list[Fit]]]:

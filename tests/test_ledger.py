@@ -421,3 +421,36 @@ def test_a_trainer_that_refuses_the_ledger_gets_one_warning_and_the_rest_of_the_
     assert cb.report is not None and cb.report.steps_observed == 8
     assert "ledger" not in cb.report.metrics
     assert "run" not in vars(trainer.fit_loop)
+
+
+class _ManyOps(Tiny):
+    """Hundreds of tiny ops per step: torch.profiler records each, so the profiled steps are much slower."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        out = self.layer(x)
+        for _ in range(300):
+            out = out * 1.0001 + 0.0001
+        return torch.nn.functional.mse_loss(out, y)
+
+
+def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(tmp_path: Path) -> None:
+    """Issue 19: the fit a speed-up is predicted for is the fit without the callback; the profiled steps' extra
+    time (torch.profiler recording every op) is this package's cost, booked to DIAGNOSIS."""
+    from lightning_bottleneck.live.ledger import LiveLedger
+
+    # the arithmetic: 4 profiled steps took 0.4 s, 36 others 0.36 s -> 0.36 s extra
+    ledger = LiveLedger.__new__(LiveLedger)
+    ledger._window_marks = [(0.1, 10), (0.5, 14)]
+    assert ledger._window_extra_s(0.86, 50) == pytest.approx(0.4 - 4 * 0.01)
+    assert ledger._window_extra_s(0.45, 6) == 0.0  # fewer steps outside than inside: no reference yet
+    ledger._window_marks = [(0.1, 10)]  # the window has not closed
+    assert ledger._window_extra_s(0.86, 50) == 0.0
+
+    # a real fit: the window's recorded steps (3 of 40: warmup 1, active 2) are slower than the others
+    # (torch.profiler records ~600 ops each); that extra is booked to DIAGNOSIS and named in the report
+    _, cb, fit_ledger = _fit(tmp_path, model=_ManyOps(), max_steps=40, limit_val_batches=0)
+    live = cb.report.metrics["ledger"]
+    extra = fit_ledger.profiled_extra_s
+    assert extra > 0 and live["profiled_extra_s"] == extra, live
+    assert fit_ledger.parts[FitPart.DIAGNOSIS] >= extra, live

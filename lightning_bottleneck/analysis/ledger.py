@@ -63,6 +63,9 @@ class FitLedger:
     self_log_calls: int = 0  # LightningModule.log / log_dict calls (inside the steps, on_step and on_epoch)
     self_log_s: float = 0.0  # split of LOGGING: seconds inside self.log / self.log_dict (incl. sync_dist)
     hooks: dict[str, HookTime] = field(default_factory=dict)  # "<CallbackClass>.<hook>": other callbacks only
+    profiled_extra_s: float = (
+        0.0  # of DIAGNOSIS: the profiled steps' time beyond unprofiled steps (torch.profiler)
+    )
 
     def __post_init__(self) -> None:
         parts = {FitPart(k): float(v) for k, v in self.parts.items()}
@@ -109,6 +112,7 @@ class FitLedger:
             "self_log_calls": self.self_log_calls,
             "self_log_s": self.self_log_s,
             "hooks": {k: {"seconds": h.seconds, "calls": h.calls} for k, h in self.hooks.items()},
+            "profiled_extra_s": self.profiled_extra_s,
         }
 
     @classmethod
@@ -128,6 +132,7 @@ class FitLedger:
             sanity_batches=int(d.get("sanity_batches", 0)),
             checkpoint_saves=int(d.get("checkpoint_saves", 0)),
             log_calls=int(d.get("log_calls", 0)),
+            profiled_extra_s=float(d.get("profiled_extra_s", 0.0)),
             self_log_calls=int(d.get("self_log_calls", 0)),
             self_log_s=float(d.get("self_log_s", 0.0)),
             hooks={
@@ -168,6 +173,7 @@ def merge_ranks(ledgers: list[FitLedger]) -> FitLedger:
         self_log_calls=max(x.self_log_calls for x in ledgers),
         self_log_s=max(x.self_log_s for x in ledgers),
         hooks=hooks,
+        profiled_extra_s=max(x.profiled_extra_s for x in ledgers),
     )
 
 

@@ -222,6 +222,8 @@ class FitRun:
         """The profiler records from the next step on (warm-up): the busy-machine snapshot, the ring mark."""
         self.cpu_start = take_snapshot(threads=torch.get_num_threads())
         self.window_ring = (self.timer.step_ms.n, self.timer.step_ms.n)
+        if self.ledger is not None:
+            self.ledger.mark_window()
 
     def finish_window(self) -> None:
         """The profiling window just closed and its traces are written; training goes on.
@@ -232,6 +234,8 @@ class FitRun:
         self.cpu_end = take_snapshot(threads=torch.get_num_threads())
         if self.window_ring is not None:
             self.window_ring = (self.window_ring[0], self.timer.step_ms.n)
+        if self.ledger is not None and self.cpu_start is not None:
+            self.ledger.mark_window()
         if not self.window.trace_files:
             return
         if self.worker is None:  # started in setup; not when the run was set up some other way

@@ -413,6 +413,8 @@ class LiveLedger:
         self._by_key: dict[str, Callback] = {}
         self._patched: list[tuple[Any, str]] = []
         self._compile_s0 = _compile_seconds()
+        # (training seconds, training steps) when the profiling window started and ended recording
+        self._window_marks: list[tuple[float, int]] = []
         self.user_profiler: Profiler = trainer.profiler
         self.profiler = LedgerProfiler(self.user_profiler, self)
         self.installed = False
@@ -585,13 +587,47 @@ class LiveLedger:
         return _Timed(self.clock, slot)
 
     # ------------------------------------------------------------------ the figures
+    def _training(self) -> tuple[float, int]:
+        c = self.clock
+        c.flush()
+        seconds = sum(v for slot, v in enumerate(c.acc) if c.parts[slot] == FitPart.TRAINING_STEPS)
+        return seconds, c.calls[self.s_train_steps]
+
+    def mark_window(self) -> None:
+        """Called when the profiling window starts recording and when it closes: the profiled steps' extra
+        time (torch.profiler's own cost inside the steps) is this package's, not training's (see
+        :meth:`snapshot`)."""
+        if len(self._window_marks) < 2:
+            self._window_marks.append(self._training())
+
+    def _window_extra_s(self, train_s: float, train_steps: int) -> float:
+        """Seconds the profiled steps took beyond the same number of steps at the mean training step outside
+        the window (0 until the window closed and as many steps ran outside it as inside)."""
+        if len(self._window_marks) < 2:
+            return 0.0
+        (s0, n0), (s1, n1) = self._window_marks
+        inside_s, inside_n = s1 - s0, n1 - n0
+        outside_n = train_steps - inside_n
+        if inside_n <= 0 or outside_n < inside_n:
+            return 0.0
+        outside_per_step = (train_s - inside_s) / outside_n
+        return max(0.0, inside_s - inside_n * outside_per_step)
+
     def snapshot(self) -> FitLedger:
-        """The ledger from ``setup`` until now (the fit goes on)."""
+        """The ledger from ``setup`` until now (the fit goes on). The profiled steps' extra time is moved from
+        the training steps to DIAGNOSIS, this package's part, so that the fit without the callback (what
+        every speed-up is predicted for) does not carry it."""
         c = self.clock
         fit_s = c.flush()
         parts = dict.fromkeys(FitPart, 0.0)
         for slot, seconds in enumerate(c.acc):
             parts[c.parts[slot]] += seconds
+        extra = min(
+            self._window_extra_s(parts[FitPart.TRAINING_STEPS], c.calls[self.s_train_steps]),
+            parts[FitPart.TRAINING_STEPS],
+        )
+        parts[FitPart.TRAINING_STEPS] -= extra
+        parts[FitPart.DIAGNOSIS] += extra
         compiled = min(max(0.0, _compile_seconds() - self._compile_s0), parts[FitPart.TRAINING_STEPS])
         parts[FitPart.TRAINING_STEPS] -= compiled
         parts[FitPart.COMPILE_WARMUP] += compiled
@@ -616,6 +652,7 @@ class LiveLedger:
             self_log_calls=c.calls[self.s_self_log],
             self_log_s=c.acc[self.s_self_log],
             hooks=hooks,
+            profiled_extra_s=extra,
         )
 
 
