@@ -454,3 +454,30 @@ def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(tmp_path: P
     extra = fit_ledger.profiled_extra_s
     assert extra > 0 and live["profiled_extra_s"] == extra, live
     assert fit_ledger.parts[FitPart.DIAGNOSIS] >= extra, live
+
+
+def test_a_validation_run_counts_the_logging_it_triggers(tmp_path: Path) -> None:
+    """Issue 19: validating less often also saves the logger writes each validation triggers (its epoch-end
+    metrics), which the ledger books to LOGGING as self time: ``validation_wall_s`` holds the runs' whole wall
+    time, and the val_check_interval advice counts it (val_many_batches predicted 1.40x for 2.00x applied)."""
+    from lightning_bottleneck.evidence import Evidence
+    from lightning_bottleneck.rules.fit import validation_levers
+
+    SlowLogger.slept = Slept()
+    _, _, ledger = _fit(
+        tmp_path,
+        train=Data(320),
+        val=Data(16),
+        logger=SlowLogger(str(tmp_path), name="csv"),
+        log_every_n_steps=1000,  # no training-step writes: every logger write comes from a validation run
+        max_steps=40,
+        val_check_interval=5,
+    )
+    assert ledger.validation_runs >= 7
+    slept = SlowLogger.slept.seconds
+    assert slept > 0 and ledger.parts[FitPart.LOGGING] >= slept * 0.97
+    assert ledger.validation_wall_s >= ledger.parts[FitPart.VALIDATION] + slept * 0.9, ledger.to_dict()
+    levers = [lv for lv in validation_levers(ledger, Evidence()) if "val_check_interval" in lv.settings]
+    assert levers, ledger.to_dict()
+    per = levers[0].evidence["per_validation_s"]
+    assert per == pytest.approx(ledger.validation_wall_s / ledger.validation_runs, rel=1e-3)

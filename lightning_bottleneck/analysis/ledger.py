@@ -54,6 +54,9 @@ class FitLedger:
     train_steps: int = 0
     epochs: int = 0
     validation_runs: int = 0  # not counting the sanity check
+    # wall seconds of the validation runs with everything they trigger (logging, checkpoint saves, callbacks'
+    # validation hooks: self time in other parts): what one validation fewer saves (0: unknown, use VALIDATION)
+    validation_wall_s: float = 0.0
     validation_batches: int = 0
     validation_loader_wait_s: float = 0.0  # split of VALIDATION: waiting for the val loader
     validation_compute_s: float = 0.0  # ... and the rest of validation
@@ -103,6 +106,7 @@ class FitLedger:
             "train_steps": self.train_steps,
             "epochs": self.epochs,
             "validation_runs": self.validation_runs,
+            "validation_wall_s": self.validation_wall_s,
             "validation_batches": self.validation_batches,
             "validation_loader_wait_s": self.validation_loader_wait_s,
             "validation_compute_s": self.validation_compute_s,
@@ -126,6 +130,7 @@ class FitLedger:
             train_steps=int(d.get("train_steps", 0)),
             epochs=int(d.get("epochs", 0)),
             validation_runs=int(d.get("validation_runs", 0)),
+            validation_wall_s=float(d.get("validation_wall_s", 0.0)),
             validation_batches=int(d.get("validation_batches", 0)),
             validation_loader_wait_s=float(d.get("validation_loader_wait_s", 0.0)),
             validation_compute_s=float(d.get("validation_compute_s", 0.0)),
@@ -164,6 +169,7 @@ def merge_ranks(ledgers: list[FitLedger]) -> FitLedger:
         train_steps=max(x.train_steps for x in ledgers),
         epochs=max(x.epochs for x in ledgers),
         validation_runs=max(x.validation_runs for x in ledgers),
+        validation_wall_s=max(x.validation_wall_s for x in ledgers),
         validation_batches=max(x.validation_batches for x in ledgers),
         validation_loader_wait_s=max(x.validation_loader_wait_s for x in ledgers),
         validation_compute_s=max(x.validation_compute_s for x in ledgers),

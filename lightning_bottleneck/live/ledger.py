@@ -409,6 +409,7 @@ class LiveLedger:
         self.first_fetch = False
         self.in_sanity = False
         self.validation_runs = 0
+        self.validation_wall_s = 0.0
         self._hook_slots: dict[str, int] = {}
         self._by_key: dict[str, Callback] = {}
         self._patched: list[tuple[Any, str]] = []
@@ -512,6 +513,7 @@ class LiveLedger:
             calls = self.clock.calls
             before = calls[self.s_val_steps]
             self.in_sanity = sanity
+            t0 = perf_counter()
             self.clock.enter(self.s_sanity if sanity else self.s_val)
             try:
                 return fn(*args, **kwargs)
@@ -520,6 +522,8 @@ class LiveLedger:
                 self.in_sanity = False
                 if not sanity and calls[self.s_val_steps] > before:
                     self.validation_runs += 1
+                    # nested time: the logging, checkpoint saves and callbacks' hooks a validation run triggers
+                    self.validation_wall_s += perf_counter() - t0
 
         return run
 
@@ -643,6 +647,7 @@ class LiveLedger:
             train_steps=c.calls[self.s_train_steps],
             epochs=c.calls[self.s_epoch],
             validation_runs=self.validation_runs,
+            validation_wall_s=self.validation_wall_s,
             validation_batches=c.calls[self.s_val_steps],
             validation_loader_wait_s=val_wait,
             validation_compute_s=max(0.0, parts[FitPart.VALIDATION] - val_wait),
