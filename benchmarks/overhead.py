@@ -26,6 +26,7 @@ the always-on hooks measured directly (the callback's real hook methods called o
 
     python benchmarks/overhead.py [--lengths 400 2000 10000] [--rounds 5] [--no-peers]
     python benchmarks/overhead.py --lengths 200 800 --rounds 2      # a quick look
+    python benchmarks/overhead.py --direct 400 --rounds 3           # the fixed cost measured inside a fit
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 #: The callback's default window ends after this many training steps (skip_first 0 + 5 wait + 5 warmup
 #: + 5 active); "after the window" starts here.
 WINDOW_END = 15
+#: ... and records (warmup + active) from this step on.
+WINDOW_START = 5
 STEPS_PER_EPOCH = 4096 // 64
 
 
@@ -350,7 +353,7 @@ def direct_fixed_cost(steps: int, rounds: int) -> None:
                 statistics.median(spent[h][WINDOW_END:]) * len(spent[h]) for h in per_step_hooks if h in spent
             )
             med = statistics.median(fit.compute_ms)
-            window_extra = sum(max(0.0, ms - med) for ms in fit.compute_ms[5:WINDOW_END])
+            window_extra = sum(max(0.0, ms - med) for ms in fit.compute_ms[WINDOW_START:WINDOW_END])
             rows.append(
                 (total * 1e3, always * 1e3, (total - always) * 1e3 + window_extra, child_cpu, fit.seconds)
             )

@@ -59,6 +59,35 @@ def said(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) ->
     return text
 
 
+def test_setup_skips_the_object_scan_when_no_profiler_session_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: the scan for a waiting torch.profiler session costs ~50 ms per fit; torch's step tracker says
+    whether any ``profile`` was constructed and not exited, and the callback's own window leaves no entry."""
+    from lightning_bottleneck.live import profiler_window
+
+    steps = torch.autograd.profiler.KinetoStepTracker._step_dict
+    monkeypatch.delitem(
+        steps, "ProfilerStep", raising=False
+    )  # whatever an earlier test left (put back after)
+    scans: list[int] = []
+    real = profiler_window._profile_objects
+    monkeypatch.setattr(profiler_window, "_profile_objects", lambda: scans.append(1) or real())
+    for run in ("first", "second"):
+        cb = BottleneckCallback(**CB)
+        trainer = quiet_trainer(tmp_path / run, [cb], max_steps=6, limit_val_batches=0)
+        trainer.fit(*tiny())
+        assert cb.report is not None and cb.report.steps_profiled == 2
+        assert "ProfilerStep" not in steps  # the window's stop erased its entry, as profile.__exit__ would
+    assert scans == []
+    prof = torch.profiler.profile()  # constructed, never entered: the scan runs (and finds it not started)
+    try:
+        assert not profiler_window.profiler_in_use() and scans == [1]
+    finally:
+        torch.autograd.profiler.KinetoStepTracker.erase_step_count("ProfilerStep")
+        del prof
+
+
 def leftovers(root: Path) -> list[str]:
     """Half-written files: report temporaries and partial traces."""
     return sorted(

@@ -62,10 +62,11 @@ def test_report_holds_the_verdict_well_before_fit_ends(tmp_path: Path) -> None:
     poll = _PollReport(report_file, cb)
     torch.manual_seed(0)
     trainer = quiet_trainer(tmp_path, [cb, poll], max_steps=200)
-    trainer.fit(Regressor(), DataLoader(in_memory(4096, 32), batch_size=16))
+    # steps of several ms, so that 200 of them outlast the child's start-up even on a loaded machine
+    trainer.fit(Regressor(width=512, depth=3), DataLoader(in_memory(4096, 32), batch_size=16))
     # The window ends at step 5. A single process never waits for the analysis (its child, started at
     # setup, is usually warm by then): the verdict is published at the first batch end after the analysis
-    # finished, mid-run (this step is ~2 ms, so the analysis spans a few to a few dozen steps).
+    # finished, mid-run.
     assert poll.analysed_step is not None and poll.first_step is not None, (
         poll.analysed_step,
         poll.first_step,

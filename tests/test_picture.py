@@ -308,6 +308,15 @@ def test_png_decodes_with_the_right_size(input_fit: tuple[Report, StepPhases]) -
     data_wait_red = np.array([0xE1, 0x57, 0x59])
     assert (np.abs(rgb.astype(int) - data_wait_red).sum(axis=2) < 8).mean() > 0.02  # the bars are drawn
     assert render_png(report, None)[:8] == b"\x89PNG\r\n\x1a\n"  # no per-step data: still a picture
+    # a palette PNG (IHDR colour type 3), well under the RGB one: TensorBoard's writer checksums it in pure
+    # Python holding the GIL on a thread of the training process (issue 18)
+    pytest.importorskip("PIL")
+    assert png[25] == 3, png[25]
+    from PIL import Image
+
+    rgb_png = io.BytesIO()
+    Image.fromarray(rgb).save(rgb_png, format="PNG")
+    assert len(png) < 0.5 * rgb_png.tell(), (len(png), rgb_png.tell())
 
 
 def test_image_goes_to_tensorboard_images_tab(input_fit: tuple[Report, StepPhases], tmp_path: Path) -> None:

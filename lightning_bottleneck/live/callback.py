@@ -79,13 +79,14 @@ class BottleneckCallback(Callback):
             kept or reverted; the comparison lands in ``metrics["comparison"]`` and the notes.
         probe_loader: after the window, time the train DataLoader at a ladder of worker counts (outside the
             training loop) when data wait or epoch-start stalls matter, so the input advice is measured.
-        loader_budget_s: seconds the loader probe may take; 0 turns it off; ``None`` (automatic): 3 s, but at
-            most 2% of the projected fit, so a short run is not slowed by its own diagnosis.
+        loader_budget_s: seconds the loader probe may take; 0 turns it off; ``None`` (automatic): 3 s, taken
+            from one pool of 1% of the projected fit shared by every part of the measurement, so a short run
+            is not slowed by its own diagnosis.
         trial_budget_s: seconds of trial steps on the live model (bf16/fp16 autocast, matmul precision,
             ``channels_last``, ``torch.compile``) when compute or overhead matter; 0 turns them off; ``None``:
-            5 s, at most 2% of the projected fit.
+            5 s, from the same pool after the loader probe.
         compile_budget_s: seconds ``torch.compile`` may take in the trials; 0 skips it; ``None``: 60 s, at most
-            2% of the projected fit.
+            what is left of the pool.
 
     Example::
 

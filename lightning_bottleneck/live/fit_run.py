@@ -439,9 +439,9 @@ class FitRun:
         # the image again at the end of fit only when the verdict or the first advice changed (~0.2 s), and
         # none without a profiled window (no per-step bars: the fit would wait ~1 s at its end for matplotlib
         # to draw the text that TensorBoard's Text tab and the HTML page already hold)
-        changed = picture_changed(self.midrun_report, report) and self.phases is not None
+        image = picture_changed(self.midrun_report, report) and self.phases is not None
         self.picture = publish_picture(
-            trainer, report, self.phases, written or self.report_file, image=changed, worker=self.worker
+            trainer, report, self.phases, written or self.report_file, image=image, worker=self.worker
         )
 
     def join_picture(self) -> None:

@@ -152,9 +152,9 @@ class ChildJob:
 
 
 class ChildWorker:
-    """One child for the whole fit, started when the window closes (not earlier: its start-up would load
-    the CPU that the window's steps and the busy-machine check measure), answering the fit's requests one
-    after the other (the window's analysis, the mid-run and end-of-fit pictures). A request that fails in the child is a :class:`ChildFailed` for that
+    """One child for the whole fit, started at the callback's ``setup`` (its interpreter start and imports
+    overlap Lightning's own start-up, so it is warm when the window closes; its CPU is this process tree's in
+    the busy-machine check), answering the fit's requests one after the other (the window's analysis, the mid-run and end-of-fit pictures). A request that fails in the child is a :class:`ChildFailed` for that
     request only; a child that dies or runs past its time is killed and every later request fails at once
     (the caller then works in-process). :meth:`close` kills it (teardown, every exception path).
 

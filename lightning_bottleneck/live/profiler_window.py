@@ -241,24 +241,27 @@ def profiler_in_use(scan: bool = True) -> bool:
     )
 
 
-def _erase_step_tracker() -> None:
-    tracker = getattr(torch.autograd.profiler, "KinetoStepTracker", None)
-    erase = getattr(tracker, "erase_step_count", None)
-    if erase is not None:
-        erase(PROFILER_STEP_KEY)
-
-
 #: The key ``torch.profiler.profile`` registers with ``KinetoStepTracker`` (torch.profiler.profiler's
 #: ``PROFILER_STEP_NAME``).
 PROFILER_STEP_KEY = "ProfilerStep"
+
+
+def _step_tracker() -> Any:
+    """torch's global ``KinetoStepTracker`` (None where this torch has none)."""
+    return getattr(torch.autograd.profiler, "KinetoStepTracker", None)
+
+
+def _erase_step_tracker() -> None:
+    erase = getattr(_step_tracker(), "erase_step_count", None)
+    if erase is not None:
+        erase(PROFILER_STEP_KEY)
 
 
 def _maybe_constructed() -> bool:
     """Whether a ``torch.profiler.profile`` may exist: its constructor registers ``"ProfilerStep"`` with
     torch's global ``KinetoStepTracker`` and its ``__exit__`` erases it, so without that key there is none
     to scan for (the usual case: the ~50 ms object scan is skipped). True when torch has no such tracker."""
-    tracker = getattr(torch.autograd.profiler, "KinetoStepTracker", None)
-    steps = getattr(tracker, "_step_dict", None)
+    steps = getattr(_step_tracker(), "_step_dict", None)
     if not isinstance(steps, dict):
         return True
     return PROFILER_STEP_KEY in steps

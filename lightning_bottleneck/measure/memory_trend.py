@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -54,8 +55,6 @@ def _process(ps: Any) -> Any:
     """This process's ``psutil.Process``, made once per pid (making one reads /proc: ~60 us of a ~100 us
     sample); a forked child gets its own."""
     global _PROCESS
-    import os
-
     if _PROCESS is None or _PROCESS.pid != os.getpid():
         _PROCESS = ps.Process()
     return _PROCESS

@@ -5,7 +5,7 @@ Reading and analysing the profiling window's trace (~0.1-1 s of numpy and JSON) 
 steps after the window. The live callback runs them here instead, in a child started as
 ``python -m lightning_bottleneck.output.child_process`` (a pure module: the child never imports torch or
 lightning, so it starts in ~0.2 s), at a lower scheduling priority. It answers requests one after the
-other until its stdin closes (the callback starts one when the window closes and keeps it for the fit):
+other until its stdin closes (the callback starts one at ``setup`` and keeps it for the fit):
 
 * ``{"job": "analyse", "path": ..., "rank": ...}`` -> ``{"summary": TraceSummary, "phases": StepPhases}``
 * ``{"job": "picture", "report": Report, "phases": StepPhases, "out_dir": ..., "image": bool}`` ->
