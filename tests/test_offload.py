@@ -11,6 +11,7 @@ import json
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,15 @@ class _Recorded:
 
         monkeypatch.setattr(offload.subprocess, "Popen", popen)
 
-    def alive(self) -> list[int]:
-        return [p.pid for p in self.procs if p.poll() is None]
+    def alive(self, within_s: float = 5.0) -> list[int]:
+        """The children still running ``within_s`` seconds from now (a killed child is reaped by a daemon
+        thread, not waited for in teardown: it may take a few milliseconds to end)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            left = [p.pid for p in self.procs if p.poll() is None]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.01)
 
 
 def _fit(root: Path, steps: int = 12, model: Any = None) -> BottleneckCallback:
@@ -123,7 +131,10 @@ def test_a_child_that_cannot_run_is_one_note_and_the_verdict_still_comes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(offload, "ENTRY_MODULE", "lightning_bottleneck.no_such_module")
-    cb = _fit(tmp_path, steps=30)  # the mid-run verdict is due 10 steps after the window at the latest
+    # a single process takes the mid-run verdict at the first batch end after the (here in-process)
+    # analysis finished, without waiting: steps of several ms, so that 200 outlast a failed child start
+    # (an interpreter that exits ~0.2 s in) and the in-process analysis even on a loaded machine
+    cb = _fit(tmp_path, steps=200, model=Regressor(width=512, depth=3))
     assert cb.report is not None and cb.midrun_report is not None
     own = [n for n in cb.report.notes if FALLBACK_NOTE in n]
     assert len(own) == 1 and "No module named" in own[0], cb.report.notes
