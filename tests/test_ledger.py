@@ -480,4 +480,45 @@ def test_a_validation_run_counts_the_logging_it_triggers(tmp_path: Path) -> None
     levers = [lv for lv in validation_levers(ledger, Evidence()) if "val_check_interval" in lv.settings]
     assert levers, ledger.to_dict()
     per = levers[0].evidence["per_validation_s"]
-    assert per == pytest.approx(ledger.validation_wall_s / ledger.validation_runs, rel=1e-3)
+    assert per == pytest.approx(ledger.validation_typical_s, rel=1e-3)
+    assert (
+        per
+        >= ledger.parts[FitPart.VALIDATION] / ledger.validation_runs + slept / ledger.validation_runs * 0.5
+    )
+
+
+class _SlowFirstValidation(pl.Callback):
+    """A one-off cost inside the first validation run only (a lazily built metric, a first file open)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.done = False
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.done and not trainer.sanity_checking:
+            self.done = True
+            time.sleep(self.seconds)
+
+
+def test_validating_less_often_does_not_count_the_first_runs_one_off_cost_as_saved(tmp_path: Path) -> None:
+    """The runs left after the advice still pay a first run's one-off cost: the saving per avoided run is the
+    median run's wall time, not the mean (which a 0.5 s first run would double here)."""
+    from lightning_bottleneck.evidence import Evidence
+    from lightning_bottleneck.rules.fit import validation_levers
+
+    _, _, ledger = _fit(
+        tmp_path,
+        train=Data(320),
+        val=Data(16),
+        callbacks=[_SlowFirstValidation(0.5)],
+        max_steps=40,
+        val_check_interval=5,
+    )
+    runs = ledger.validation_runs
+    assert runs >= 7 and ledger.validation_wall_s >= 0.5
+    mean = ledger.validation_wall_s / runs
+    assert ledger.validation_typical_s < mean - 0.5 / runs * 0.8, ledger.to_dict()
+    lever = next(lv for lv in validation_levers(ledger, Evidence()) if "val_check_interval" in lv.settings)
+    assert lever.evidence["per_validation_s"] == pytest.approx(ledger.validation_typical_s, rel=1e-3)
+    avoided = lever.evidence["validations"] - lever.evidence["validations_after"]
+    assert lever.saved_s == pytest.approx(avoided * ledger.validation_typical_s, rel=1e-3)

@@ -33,6 +33,7 @@ stage) is the part :attr:`FitPart.DIAGNOSIS`.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import functools
 import warnings
 from collections.abc import Callable
@@ -410,6 +411,7 @@ class LiveLedger:
         self.in_sanity = False
         self.validation_runs = 0
         self.validation_wall_s = 0.0
+        self.validation_run_walls: list[float] = []  # each validation run's wall seconds (8 bytes a run)
         self._hook_slots: dict[str, int] = {}
         self._by_key: dict[str, Callback] = {}
         self._patched: list[tuple[Any, str]] = []
@@ -523,7 +525,9 @@ class LiveLedger:
                 if not sanity and calls[self.s_val_steps] > before:
                     self.validation_runs += 1
                     # nested time: the logging, checkpoint saves and callbacks' hooks a validation run triggers
-                    self.validation_wall_s += perf_counter() - t0
+                    wall = perf_counter() - t0
+                    self.validation_wall_s += wall
+                    self.validation_run_walls.append(wall)
 
         return run
 
@@ -648,6 +652,9 @@ class LiveLedger:
             epochs=c.calls[self.s_epoch],
             validation_runs=self.validation_runs,
             validation_wall_s=self.validation_wall_s,
+            validation_typical_s=statistics.median(self.validation_run_walls)
+            if self.validation_run_walls
+            else 0.0,
             validation_batches=c.calls[self.s_val_steps],
             validation_loader_wait_s=val_wait,
             validation_compute_s=max(0.0, parts[FitPart.VALIDATION] - val_wait),

@@ -168,8 +168,9 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     if runs <= 0 or val_s <= 0 or steps <= 0:
         return []
     # one validation fewer also saves the logging, checkpoint saves and callbacks' hooks it triggers (booked
-    # to their own parts as self time): its wall time, where the ledger has it
-    per = max(val_s, ledger.validation_wall_s) / runs
+    # to their own parts as self time): its wall time, where the ledger has it; the median run's, so that
+    # one-off costs of the first run (which the runs left still pay) do not count as saved
+    per = ledger.validation_typical_s or max(val_s, ledger.validation_wall_s) / runs
     k = growth_factor(per * runs, own_fit_s(ledger))
     out: list[FitLever] = []
     spe = _steps_per_epoch(ledger, evidence)
