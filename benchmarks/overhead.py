@@ -146,7 +146,7 @@ def run_fit(steps: int, variant: str) -> Fit:
 
 
 def after_window(fit: Fit) -> tuple[float, float, float, float]:
-    """(median compute ms, worst compute ms after the window, median whole ms, worst whole ms after the
+    """(median and worst compute ms after the window, median whole ms, worst whole ms after the
     window leaving out the first step of every epoch (the epoch's end, checkpoint and loader restart) and
     the step after the mid-run verdict's batch end (a deliberate pause: see :func:`verdict_pause_ms`))."""
     comp = fit.compute_ms
@@ -159,7 +159,7 @@ def after_window(fit: Fit) -> tuple[float, float, float, float]:
     ]
     after_comp = comp[WINDOW_END:] or comp
     return (
-        statistics.median(comp),
+        statistics.median(after_comp),
         max(after_comp),
         statistics.median(fit.whole_ms),
         max(after_whole) if after_whole else float("nan"),
@@ -501,6 +501,11 @@ def main() -> None:
         rows = [after_window(f) for f in results[n][v]]
         cm, cw, wm, ww = (statistics.median(r[k] for r in rows) for k in range(4))
         print(f"{v:<18} {cm:14.2f} {cw:9.2f} {cw / cm:9.2f} {wm:12.2f} {ww:9.2f} {ww / wm:9.2f}")
+    print("median compute step after the window against bare's in the same round (min / median / max):")
+    bare_rounds = [after_window(f)[0] for f in results[n]["bare"]]
+    for v in variants[1:]:
+        ratios = sorted(after_window(f)[0] / b for f, b in zip(results[n][v], bare_rounds, strict=True))
+        print(f"  {v:<18} {ratios[0]:.3f} / {statistics.median(ratios):.3f} / {ratios[-1]:.3f}")
 
     print_markdown(results, args.lengths, variants, costs)
 

@@ -109,6 +109,18 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             # wait if samples cost nothing") is an upper bound, no 20% prediction
             r.expected_speedup_range = (min(1.0, r.expected_speedup), r.expected_speedup)
             r.uncertainty = "estimated from the trace, not measured on this run"
+    for i, r in enumerate(out):
+        if i in backed:
+            continue
+        size = next((c for c in ranking.sizing if c.key in r.settings and r.kind == c.category.value), None)
+        if size is not None:  # sized, not ranked: stays where the bucket order puts it
+            r.saved_ms_per_step, r.saved_s, r.method, r.basis = (
+                size.saved_ms_per_step, size.saved_s, size.method, size.basis,
+            )  # fmt: skip
+            r.expected_speedup = ranking.account.speedup(size.saved_ms_per_step) or size.speedup
+            if r.expected_speedup:
+                r.expected_speedup_range = (min(1.0, r.expected_speedup), r.expected_speedup)
+                r.uncertainty = "estimated from the trace, not measured on this run"
     bucket = ranking.bucket_savings()
 
     def order(item: tuple[int, Recommendation]) -> tuple[int, float, int]:

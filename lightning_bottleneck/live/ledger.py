@@ -33,8 +33,8 @@ stage) is the part :attr:`FitPart.DIAGNOSIS`.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import functools
+import statistics
 import warnings
 from collections.abc import Callable
 from time import perf_counter

@@ -94,6 +94,9 @@ class Candidate:
     measured_speedup: float | None = None
     recommended: bool = True
     evidence: dict[str, Any] = field(default_factory=dict)
+    # False: an estimate that only sizes its advice (its expected speed-up and range) without competing in
+    # the ranking or the verdict (a bigger batch: a trade-off, estimated, never above a measured fix)
+    competes: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +187,7 @@ class Ranking:
     account: RunAccount
     candidates: list[Candidate] = field(default_factory=list)  # recommended ones, best first
     tried: list[Candidate] = field(default_factory=list)  # measured, not advised
+    sizing: list[Candidate] = field(default_factory=list)  # estimates that size advice, not ranked
     loader_plan: LoaderPlan | None = None  # set when the loader probe measured a ladder
     notes: list[str] = field(default_factory=list)
 
@@ -223,6 +227,7 @@ class Ranking:
             "account": self.account.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
             "tried": [c.to_dict() for c in self.tried],
+            "sizing": [c.to_dict() for c in self.sizing],
             "bucket_savings_ms_per_step": {k: round(v, 4) for k, v in self.bucket_savings().items()},
         }
 
@@ -241,9 +246,11 @@ def rank(evidence: Evidence, breakdown: dict[str, float], step_ms: float | None)
     cands += _model_candidates(evidence, breakdown, account, ranking)
     cands += _fit_candidates(evidence, account)
     ranking.candidates = sorted(
-        (c for c in cands if c.recommended and c.saved_ms_per_step > 0), key=lambda c: -c.saved_ms_per_step
+        (c for c in cands if c.recommended and c.competes and c.saved_ms_per_step > 0),
+        key=lambda c: -c.saved_ms_per_step,
     )
     ranking.tried = [c for c in cands if not c.recommended]
+    ranking.sizing = [c for c in cands if c.recommended and not c.competes and c.saved_ms_per_step > 0]
     return ranking
 
 
@@ -590,6 +597,8 @@ def _model_candidates(
                     "(not measured on this model)",
                 )
             )
+    if overhead >= T.OVERHEAD_SHARE_MEDIUM and cfg is not None and cfg.batch_size:
+        out.append(_bigger_batch(breakdown, account, cfg.batch_size))
     if overhead >= T.OVERHEAD_SHARE_MEDIUM and "compile" not in measured_keys:
         frac = T.RECOVERABLE["overhead"]
         out.append(
@@ -605,6 +614,31 @@ def _model_candidates(
             )
         )
     return out
+
+
+def _bigger_batch(breakdown: dict[str, float], account: RunAccount, batch_size: int) -> Candidate:
+    """A batch BATCH_GROWTH times bigger, estimated from the step's composition: the data wait and the compute
+    grow with the batch, the rest (per-op overhead, syncs, collectives over the parameters, other) is paid once
+    per step. Per sample, the step keeps ``s + (1 - s) / G`` of its time (``s`` the per-sample share), so it
+    saves ``(1 - s)(1 - 1/G)`` of each step's worth of samples. An upper bound where the compute grows more
+    slowly than the batch (a bigger matmul runs more efficiently), which the range's low end of 1x brackets.
+    It sizes the bigger-batch advice only (``competes=False``): a trade-off, estimated, that never outranks a
+    measured fix nor moves the verdict."""
+    g = T.BATCH_GROWTH
+    per_sample = min(1.0, _share(breakdown, Share.DATA_WAIT) + _share(breakdown, Share.COMPUTE))
+    frac = (1.0 - per_sample) * (1.0 - 1.0 / g)
+    estimate = _estimate(
+        Category.OVERHEAD,
+        f"batch size {batch_size} -> {batch_size * g}",
+        "batch_size",
+        {"batch_size": batch_size * g},
+        frac * account.step_ms,
+        account,
+        f"{per_sample:.0%} of the step grows with the batch (data wait and compute), the other "
+        f"{1 - per_sample:.0%} is paid once per step: a {g}x batch saves {frac:.0%} of the time per sample "
+        "(not measured on this model; the learning rate may need retuning)",
+    )
+    return replace(estimate, competes=False)
 
 
 def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:

@@ -37,6 +37,9 @@ COMM_SHARE_HIGH = 0.30  # 3x the tb-profiler trigger: the wait then rivals the w
 # used for the host-side (CPU-only) overhead share: dispatch-dominated short ops + Python gaps.
 OVERHEAD_SHARE_MEDIUM = 0.30
 OVERHEAD_SHARE_HIGH = 0.50
+# The bigger-batch advice multiplies the batch by this: doubling halves the per-sample share of what a step pays
+# once whatever its batch (Python, dispatch, launches, optimizer step over the parameters).
+BATCH_GROWTH = 2
 
 # Half of all kernel time in kernels shorter than the trace core's SHORT_KERNEL_US: a CUDA launch costs
 # a few microseconds of host time (NVIDIA, "Getting Started with CUDA Graphs"), as much as such kernels
