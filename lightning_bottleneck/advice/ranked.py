@@ -117,10 +117,16 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             r.saved_ms_per_step, r.saved_s, r.method, r.basis = (
                 size.saved_ms_per_step, size.saved_s, size.method, size.basis,
             )  # fmt: skip
-            r.expected_speedup = ranking.account.speedup(size.saved_ms_per_step) or size.speedup
-            if r.expected_speedup:
-                r.expected_speedup_range = (min(1.0, r.expected_speedup), r.expected_speedup)
-                r.uncertainty = "estimated from the trace, not measured on this run"
+            low = ranking.account.speedup(size.saved_ms_per_step) or size.speedup
+            most = float(size.evidence.get("saved_ms_per_step_max") or size.saved_ms_per_step)
+            high = ranking.account.speedup(most) or low
+            r.expected_speedup = low
+            if low:
+                r.expected_speedup_range = (low, max(low, high or low))
+                r.uncertainty = (
+                    "estimated from the trace, not measured on this run: from the per-sample work growing with "
+                    "the batch to none of it growing"
+                )
     bucket = ranking.bucket_savings()
 
     def order(item: tuple[int, Recommendation]) -> tuple[int, float, int]:
