@@ -118,11 +118,10 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
                 size.saved_ms_per_step, size.saved_s, size.method, size.basis,
             )  # fmt: skip
             low = ranking.account.speedup(size.saved_ms_per_step) or size.speedup
-            most = float(size.evidence.get("saved_ms_per_step_max") or size.saved_ms_per_step)
-            high = ranking.account.speedup(most) or low
+            high = float(size.evidence.get("speedup_max") or low or 1.0)
             r.expected_speedup = low
             if low:
-                r.expected_speedup_range = (low, max(low, high or low))
+                r.expected_speedup_range = (low, max(low, high))
                 r.uncertainty = (
                     "estimated from the trace, not measured on this run: from the per-sample work growing with "
                     "the batch to none of it growing"
