@@ -234,20 +234,25 @@ def test_trials_on_a_busy_machine_neither_win_nor_veto_the_estimate() -> None:
     assert any("kept as evidence but not used" in n for n in report.notes)
 
 
-def test_compile_measured_1_96x_ranks_before_bf16_measured_1_1x() -> None:
+def _overhead_step_with_compile_and_bf16_measured() -> Evidence:
+    """70% of a 10 ms step is per-op overhead; compile measured 1.96x (12 s to compile), bf16 1.10x."""
     trials = TrialReport(
         results=[
             _trial("bf16-mixed", {"precision": "bf16-mixed"}, 1.10),
             _trial("compile", {"compile": True, "compile_mode": "default"}, 1.96, compile_s=12.0),
         ]
     )
-    ev = Evidence(
-        summaries=[_cpu_trace(compute=0.3)],  # 70% of the step is per-op overhead
+    return Evidence(
+        summaries=[_cpu_trace(compute=0.3)],
         timing=_timing(),
         config=_cpu_cfg(),
         run_length=RunLength(total_steps=20000),
         trials=trials,
     )
+
+
+def test_compile_measured_1_96x_ranks_before_bf16_measured_1_1x() -> None:
+    ev = _overhead_step_with_compile_and_bf16_measured()
     report = diagnose(ev)
     assert report.primary == Category.OVERHEAD
     first, second = report.recommendations[0], report.recommendations[1]
@@ -461,20 +466,7 @@ def test_the_bigger_batch_advice_carries_an_estimate_and_a_range_without_outrank
     scoreboard measured 1.71x applied on in_memory, whose trace put 45% in per-sample work). It sizes the advice
     only: the
     measured compile and bf16 trials still come first, and the verdict is the same."""
-    trials = TrialReport(
-        results=[
-            _trial("bf16-mixed", {"precision": "bf16-mixed"}, 1.10),
-            _trial("compile", {"compile": True, "compile_mode": "default"}, 1.96, compile_s=12.0),
-        ]
-    )
-    ev = Evidence(
-        summaries=[_cpu_trace(compute=0.3)],  # 70% of the step is per-op overhead
-        timing=_timing(),
-        config=_cpu_cfg(),
-        run_length=RunLength(total_steps=20000),
-        trials=trials,
-    )
-    report = diagnose(ev)
+    report = diagnose(_overhead_step_with_compile_and_bf16_measured())
     assert report.primary == Category.OVERHEAD
     keys = [next(iter(r.settings), None) for r in report.recommendations]
     batch = next(r for r in report.recommendations if "batch_size" in r.settings)

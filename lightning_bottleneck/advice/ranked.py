@@ -118,10 +118,9 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
                 size.saved_ms_per_step, size.saved_s, size.method, size.basis,
             )  # fmt: skip
             low = ranking.account.speedup(size.saved_ms_per_step) or size.speedup
-            high = float(size.evidence.get("speedup_max") or low or 1.0)
             r.expected_speedup = low
             if low:
-                r.expected_speedup_range = (low, max(low, high))
+                r.expected_speedup_range = (low, max(low, float(size.evidence["speedup_max"])))
                 r.uncertainty = (
                     "estimated from the trace, not measured on this run: from the per-sample work growing with "
                     "the batch to none of it growing"
