@@ -90,9 +90,11 @@ def fit_scenario(
     root: Path,
     max_steps: int = 14,
     callback_kwargs: dict | None = None,
+    callbacks_before: list | None = None,
     **trainer_kwargs: object,
 ):
-    """Train one of ``examples/scenarios.py``'s models with the callback; return (trainer, callback)."""
+    """Train one of ``examples/scenarios.py``'s models with the callback (after ``callbacks_before``);
+    return (trainer, callback)."""
     import torch
 
     from lightning_bottleneck import BottleneckCallback
@@ -106,6 +108,6 @@ def fit_scenario(
     if val is None:
         options["limit_val_batches"] = 0
     options.update(trainer_kwargs)
-    trainer = quiet_trainer(root, [callback], **options)
+    trainer = quiet_trainer(root, [*(callbacks_before or []), callback], **options)
     trainer.fit(model, train, val)
     return trainer, callback

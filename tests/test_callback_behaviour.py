@@ -91,6 +91,66 @@ def test_traces_load_in_torch_tb_profiler_with_dataloader_time(tmp_path: Path) -
     assert any("DataLoader" in r for r in data.recommendations)
 
 
+class _ProfilerWatch(pl.Callback):
+    """Whether the callback's torch profiler exists at each batch end (before the callback's own)."""
+
+    def __init__(self) -> None:
+        self.started: list[bool] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
+        cb = next(c for c in trainer.callbacks if isinstance(c, BottleneckCallback))
+        self.started.append(cb._run.window.prof is not None)
+
+
+def test_skipped_steps_run_without_a_torch_profiler_and_the_trace_keeps_the_step_numbers(
+    tmp_path: Path,
+) -> None:
+    """A started torch profile costs its step() every step even while it skips (~160 us a step after a
+    10 ms CPU step, issue 18): the window starts it when the skipped steps are over, and the trace's
+    ProfilerStep numbers are still the training steps (skip 6 + wait 2 + warmup 2: steps 10-13 recorded)."""
+    import gzip
+
+    watch = _ProfilerWatch()
+    _, cb = fit_scenario(
+        "compute", tmp_path, max_steps=18, logger=False, callbacks_before=[watch],
+        callback_kwargs={"skip_first": 6},
+    )  # fmt: skip
+    # batch ends of steps 1-6 come before the callback's 6th advance starts it
+    assert watch.started[:6] == [False] * 6 and all(watch.started[6:14]), watch.started
+    assert cb.report is not None and cb.report.steps_profiled == 4
+    (trace,) = (tmp_path / "bottleneck").glob("*.pt.trace.json.gz")
+    names = {e.get("name", "") for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]}
+    assert {n for n in names if n.startswith("ProfilerStep#")} == {f"ProfilerStep#{s}" for s in range(10, 14)}
+
+
+class _PhaseHookWatch(pl.Callback):
+    """At each batch end (before the callback's): its phase hook as Lightning would find it, and its pickle."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+        self.pickled: list[bool] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
+        cb = next(c for c in trainer.callbacks if isinstance(c, BottleneckCallback))
+        self.seen.append(cb.on_before_backward)
+        self.pickled.append(any(k.startswith("on_") for k in cb.__getstate__()))
+
+
+def test_phase_hooks_leave_lightnings_hook_calls_outside_the_window_and_come_back(tmp_path: Path) -> None:
+    """Issue 18: the three phase-label hooks do nothing while the torch profiler does not run; there they are
+    shadowed by None (Lightning skips a hook that is not callable), never pickled, and the methods are back
+    when the fit ends (a second fit profiles its phases again)."""
+    watch = _PhaseHookWatch()
+    _, cb = fit_scenario("compute", tmp_path, max_steps=14, callbacks_before=[watch])
+    # window: wait 2 + warmup 2 + active 4 = 8 steps; its last batch end stops the profiler
+    assert all(callable(h) for h in watch.seen[:8]) and watch.seen[8:] == [None] * 6, watch.seen
+    assert not any(watch.pickled)
+    assert "on_before_backward" not in cb.__dict__ and callable(cb.on_before_backward)
+    assert cb.report is not None and cb.report.steps_profiled == 4
+    phases = cb.report.metrics["trace"]["phases"]  # the labels were there while recording
+    assert phases.get("backward", 0) > 0 and phases.get("optimizer_step", 0) > 0, phases
+
+
 def test_logger_false_writes_to_default_root_dir(tmp_path: Path) -> None:
     fit_scenario("compute", tmp_path, logger=False)
     assert (tmp_path / "bottleneck_report.json").is_file()

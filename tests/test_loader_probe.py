@@ -28,6 +28,7 @@ from lightning_bottleneck.advice.loader_plan import (
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
 from lightning_bottleneck.measure.loader_probe import probe_loader
+from lightning_bottleneck.measure.trials import restored_trial_step
 from lightning_bottleneck.output.report import Recommendation
 
 from conftest import quiet_trainer
@@ -127,7 +128,9 @@ class _Recorder(pl.Callback):
         if trainer.global_step == self.probe_at:  # where the callback's window ends
             loader = trainer.train_dataloader
             assert isinstance(loader, DataLoader)
-            self.ladder = probe_loader(loader, budget_s=1.0, usable_cpus=2)
+            # the loader alone, then worker counts timed with the model's own step (CPU model, CPU-bound)
+            with restored_trial_step(pl_module, trainer.global_step) as step:
+                self.ladder = probe_loader(loader, budget_s=3.0, usable_cpus=2, train_step=step)
 
 
 class _Tiny(pl.LightningModule):
@@ -155,7 +158,10 @@ def _fit(tmp_path: Path, probe_at: int | None) -> tuple[_Recorder, dict[str, tor
 def test_a_fit_with_the_probe_trains_exactly_like_one_without(tmp_path: Path) -> None:
     ref, ref_state, ref_draw = _fit(tmp_path / "a", None)
     rec, state, draw = _fit(tmp_path / "b", 4)
-    assert rec.ladder is not None and rec.ladder.rungs
+    assert rec.ladder is not None and rec.ladder.rungs and rec.ladder.bound == BOUND_CPU
+    # worker counts were also timed with the step: the current one, the cores, twice the cores (then the
+    # current one again, when the budget is left for it)
+    assert [r.num_workers for r in rec.ladder.in_training][:3] == [0, 2, 4], rec.ladder
     assert rec.seen == ref.seen  # batches in the same order, epoch after epoch
     assert all(torch.equal(state[k], ref_state[k]) for k in ref_state)  # bitwise
     assert draw == ref_draw

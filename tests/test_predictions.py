@@ -5,6 +5,8 @@ recommendation gives a range and says why."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_contention import _snap
 
@@ -18,6 +20,8 @@ from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, Timing
 from lightning_bottleneck.measure.contention import assess
 from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
 from lightning_bottleneck.output.report import Recommendation
+
+from conftest import fit_scenario
 
 CPU = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
 
@@ -65,6 +69,74 @@ def test_workers_that_need_the_steps_cores_get_a_range() -> None:
     assert lo < hi == pytest.approx(rec.expected_speedup)
     assert "share 2 CPU(s)" in rec.uncertainty and "cannot be predicted within 20%" in rec.speedup_text
     assert f"{lo:.2f}x to {hi:.2f}x" in rec.speedup_text
+
+
+def _timed_with_the_step(rates: dict[int, float]) -> LoaderLadder:
+    """The ladder above, with worker counts also timed with the training step (samples/s of loading and
+    stepping together): the current count twice (drift), as the probe times it."""
+    ladder = _ladder()
+    order = [0, *sorted(w for w in rates if w), 0]
+    ladder.in_training = [Rung(w, 2 if w else None, rates[w], 0.05, None, None, 10, 0.3) for w in order]
+    return ladder
+
+
+def test_worker_counts_timed_with_the_step_overrule_the_core_estimate() -> None:
+    """cpu_transform on 2 cores: the window's CPU estimate said the step keeps both cores busy (no worker
+    advised), but timed with the model's own step, four workers trained 1.25x faster: that is advised, with
+    a point prediction from the measured rates (no range: nothing is assumed about the cores)."""
+    ladder = _timed_with_the_step({0: 200.0, 2: 210.0, 4: 250.0})
+    plan = plan_loader(ladder, CPU, consumption_samples_per_s=1000.0, data_wait_share=0.8, step_s=0.08,
+                       steps_per_epoch=50, step_cores=2.0)  # fmt: skip
+    rec = plan.recommendations[0]
+    assert rec.settings.get("num_workers") == 4, plan
+    assert rec.expected_speedup == pytest.approx(1.25, rel=0.05)  # persistent workers: no restart cost
+    assert rec.expected_speedup_range is None
+    assert rec.evidence["in_training_samples_per_s"] == {"0": 200.0, "2": 210.0, "4": 250.0}
+    assert "250 samples/s against 200 now (1.25x)" in rec.detail
+    assert any("num_workers=2 1.05x, num_workers=4 1.25x" in n for n in plan.notes), plan.notes
+
+
+def test_no_worker_count_is_advised_when_none_trains_clearly_faster_with_the_step() -> None:
+    """The issue's case: the loader alone measured one and two workers at 1.3x and 2x, but with the step
+    they trained at 0.74x and 0.93x: nothing is advised, and the note gives the measured figures."""
+    ladder = _timed_with_the_step({0: 200.0, 1: 148.0, 2: 186.0})
+    plan = plan_loader(ladder, CPU, consumption_samples_per_s=1000.0, data_wait_share=0.8, step_s=0.08,
+                       steps_per_epoch=50, step_cores=0.2)  # fmt: skip
+    assert all("num_workers" not in r.settings for r in plan.recommendations), plan
+    assert any("num_workers=1 0.74x, num_workers=2 0.93x" in n and "none is 1.10x faster" in n
+               for n in plan.notes), plan.notes  # fmt: skip
+    again = LoaderLadder.from_dict(ladder.to_dict())
+    assert again.in_training_rung(0).samples_per_s == 200.0 and len(again.in_training) == 4
+    assert "with the training step" in str(again)
+
+
+def test_a_cpu_bound_loader_is_timed_with_the_real_step_and_the_advice_follows_the_measurement(
+    tmp_path: Path,
+) -> None:
+    """End to end: numpy FFTs per sample, num_workers=0, a CPU model. The callback's probe times worker counts
+    with the model's own step, and the first input advice agrees with those figures: a worker count only if
+    it trained 1.10x faster (its expected speed-up from the measured rates), else none and a note."""
+    _, cb = fit_scenario(
+        "input_numpy", tmp_path, max_steps=24, callback_kwargs={"probe_loader": True, "loader_budget_s": 3.0}
+    )
+    report = cb.report
+    assert report is not None
+    ladder = LoaderLadder.from_dict(report.metrics["loader_ladder"])
+    assert ladder.bound == BOUND_CPU, ladder
+    now = ladder.in_training_rung(0)
+    assert now is not None and {r.num_workers for r in ladder.in_training} >= {0, 2}, ladder
+    best = max((ladder.in_training_rung(w) for w in {r.num_workers for r in ladder.in_training} - {0}),
+               key=lambda r: r.samples_per_s)  # fmt: skip
+    gain = best.samples_per_s / now.samples_per_s
+    advised = [r for r in report.recommendations if r.kind == "input" and "num_workers" in r.settings]
+    if gain >= MEASURED_GAIN_MIN:
+        assert advised and advised[0].settings["num_workers"] == best.num_workers, (ladder, advised)
+        assert advised[0].evidence["in_training_samples_per_s"]["0"] == pytest.approx(
+            now.samples_per_s, abs=0.1
+        )
+    else:
+        assert not advised, (ladder, advised)
+        assert any("none is 1.10x faster" in n for n in report.notes), report.notes
 
 
 def test_step_cores_come_from_the_windows_own_cpu_time() -> None:

@@ -155,7 +155,12 @@ def plan_loader(
     plan.ceiling_samples_per_s = round(ladder.ceiling_samples_per_s, 3)
     chosen: Rung | None = None
     covers_now = rung_now is not None and consumption is not None and _covers(rung_now, consumption)
-    if steady_input and consumption is not None and not covers_now:
+    # Worker counts timed with the training step (CPU model, CPU-bound loading): what the run gets, measured.
+    trained_now = ladder.in_training_rung(w_now) if _shares_cores(current, ladder) else None
+    if steady_input and consumption is not None and not covers_now and trained_now is not None:
+        plan.covered = any(_covers(r, consumption) for r in ladder.rungs)
+        chosen = _pick_in_training(ladder, trained_now, plan.notes)
+    elif steady_input and consumption is not None and not covers_now:
         usable = _usable_rungs(ladder, current, w_now, plan.notes, k, step_cores is not None)
         covering = sorted(
             (r for r in usable if _covers(r, consumption) and _shares_cores_well(r, current, ladder, k)),
@@ -211,7 +216,10 @@ def plan_loader(
     w_new = chosen.num_workers if chosen is not None else w_now
     startup_new = chosen.startup_s if chosen is not None else (rung_now.startup_s if rung_now else stall_now)
     typical = typical_consumption_samples_per_s or consumption
-    step_new = _predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder, k)
+    if trained_now is not None and chosen is not None:  # measured with the step: the rates' ratio
+        step_new = step_s * trained_now.samples_per_s / chosen.samples_per_s
+    else:
+        step_new = _predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder, k)
     if w_new > 0 and not persistent_now:
         epoch_guess = _epoch_s(steps_per_epoch, step_new, 0.0)
         if steps_per_epoch is None:
@@ -231,9 +239,20 @@ def plan_loader(
     evidence = _evidence(ladder, consumption, step_s, step_new, stall_now, steps_per_epoch)
     evidence["step_cores"] = round(k, 3)
     evidence["step_cores_measured"] = step_cores is not None
+    if trained_now is not None:
+        evidence["in_training_samples_per_s"] = {
+            str(w): round(r.samples_per_s, 1)
+            for w in sorted({r.num_workers for r in ladder.in_training})
+            if (r := ladder.in_training_rung(w)) is not None
+        }
     spread: tuple[float, float] | None = None
     uncertainty = ""
-    if speedup is not None and chosen is not None and _contended(chosen, current, ladder, k):
+    if (
+        speedup is not None
+        and chosen is not None
+        and trained_now is None
+        and _contended(chosen, current, ladder, k)
+    ):
         # workers need cores the step holds: the low end has the step lose CONTENDED_STEP_CORES to them
         worst = _predicted_step_s(
             chosen, rung_now, typical, bs, step_s, current, ladder, k + CONTENDED_STEP_CORES
@@ -248,6 +267,12 @@ def plan_loader(
     if plan.covered is False and ladder.bound == BOUND_CPU:
         ceiling = ladder.ceiling_samples_per_s
         interim = f" Until then, {_describe(settings)} gets closest to the ceiling." if settings else ""
+        if settings and trained_now is not None and chosen is not None and trained_now.samples_per_s > 0:
+            interim = (
+                f" Until then, {_describe(settings)}: timed with this run's training step it trains at "
+                f"{chosen.samples_per_s:.0f} samples/s against {trained_now.samples_per_s:.0f} now "
+                f"({chosen.samples_per_s / trained_now.samples_per_s:.2f}x)."
+            )
         where = f"on {ladder.usable_cpus} usable CPU(s)" if ladder.usable_cpus else ""
         plan.recommendations.append(
             Recommendation(
@@ -272,7 +297,14 @@ def plan_loader(
         return plan
     if not settings:
         return plan
-    if "num_workers" in settings and plan.covered is False:
+    if "num_workers" in settings and trained_now is not None and chosen is not None:
+        title = f"Load batches in {w_new} background worker(s)"
+        detail = (
+            f"Timed with this run's own training step (workers and the step share {_cpus(current, ladder)} "
+            f"CPU(s)): {chosen.label} trains at {chosen.samples_per_s:.0f} samples/s against "
+            f"{trained_now.samples_per_s:.0f} now, the fastest worker count tried."
+        )
+    elif "num_workers" in settings and plan.covered is False:
         rate = chosen.samples_per_s if chosen else 0.0
         title = f"Load batches in {w_new} background worker(s)"
         detail = (
@@ -394,6 +426,36 @@ def step_cores_from_window(
         loading = rung0.cpu_share if rung0 is not None and rung0.cpu_share is not None else 1.0
     cpus = float(_cpus(current, ladder))
     return min(cpus, max(0.0, (self_cores - data_wait_share * loading) / busy))
+
+
+def _pick_in_training(ladder: LoaderLadder, now: Rung, notes: list[str]) -> Rung | None:
+    """The worker count that trained fastest with the step, if it beat the current one by
+    :data:`MEASURED_GAIN_MIN`; else None, with a note giving the figures."""
+    others = [
+        r
+        for w in sorted({r.num_workers for r in ladder.in_training} - {now.num_workers})
+        if (r := ladder.in_training_rung(w)) is not None
+    ]
+    if not others:
+        return None
+    best = max(others, key=lambda r: r.samples_per_s)
+    gain = best.samples_per_s / now.samples_per_s if now.samples_per_s > 0 else 0.0
+    figures = (
+        ", ".join(f"num_workers={r.num_workers} {r.samples_per_s / now.samples_per_s:.2f}x" for r in others)
+        if now.samples_per_s > 0
+        else ""
+    )
+    if gain >= MEASURED_GAIN_MIN:
+        notes.append(
+            f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
+            f"num_workers={now.num_workers}."
+        )
+        return best
+    notes.append(
+        f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
+        f"num_workers={now.num_workers}; none is {MEASURED_GAIN_MIN:.2f}x faster: no worker count advised."
+    )
+    return None
 
 
 def _usable_rungs(

@@ -80,6 +80,7 @@ class FitRun:
     def __init__(self, options: RunOptions, owner: Any = None) -> None:
         self.options = options
         self.owner = owner  # the callback: it may replace the reports it wrote itself, in any fit
+        self.phase_hooks_on = True  # the owner's phase-label hooks are in Lightning's hook calls
         self.finalized = False
         self.timer = StepTimer()
         self.window = ProfilerWindow(options.window)
@@ -155,6 +156,7 @@ class FitRun:
         cuda = trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available()
         self.window.start(self.trace_dir, worker_name(self.rank), cuda)
         self.profiling = True
+        self.phase_hooks()
 
     def exception(self, exception: BaseException) -> None:
         """Remember what ended the fit: an OOM is evidence, anything else a note."""
@@ -185,6 +187,15 @@ class FitRun:
         tracker, self.tracker = self.tracker, None
         if tracker is not None:
             tracker.uninstall()
+        self.phase_hooks(force_on=True)
+
+    def phase_hooks(self, force_on: bool = False) -> None:
+        """The owner's phase-label hooks run only while the torch profiler runs (``BottleneckCallback.PHASE_HOOKS``);
+        back in place when the fit ends, on every path."""
+        on = force_on or self.window.prof is not None
+        if on != self.phase_hooks_on and self.owner is not None:
+            self.phase_hooks_on = on
+            self.owner.phase_hooks(on)
 
     # ------------------------------------------------------------------ per step (hot path)
     def batch_end(
@@ -200,6 +211,7 @@ class FitRun:
                 self.finish_window()
             elif self.cpu_start is None and self.window.recording():
                 self.window_started()
+            self.phase_hooks()
         steps = self.timer.steps
         if steps >= self.next_work:
             self.due(trainer, pl_module)
@@ -346,7 +358,7 @@ class FitRun:
         window = self.window
         if window.labels:
             window.close_all()
-        if window.prof is not None:
+        if window.running:
             if not window.done:
                 self.notes.append(unfinished_window_note(self.timer.steps, window.options))
             window.stop(save=True)  # saves a partial active window, if any

@@ -76,6 +76,30 @@ class LoaderLadder:
     budget_s: float = 0.0
     skipped: bool = False  # nothing was measured (IterableDataset, no len(), probe off, ...)
     notes: list[str] = field(default_factory=list)
+    #: Worker counts timed *with the training step* (the model trains on the CPU and loading is CPU-bound, so
+    #: workers and the step share the cores): ``samples_per_s`` is then the rate of loading and stepping
+    #: together, what the run gets; empty when not measured. CPU fields are None (the step's CPU is in them).
+    in_training: list[Rung] = field(default_factory=list)
+
+    def in_training_rung(self, num_workers: int) -> Rung | None:
+        """The in-training timing of this worker count (the mean rate when it was timed twice)."""
+        found = [r for r in self.in_training if r.num_workers == num_workers]
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+        mean = sum(r.samples_per_s for r in found) / len(found)
+        return Rung(
+            num_workers=num_workers,
+            prefetch_factor=found[0].prefetch_factor,
+            samples_per_s=mean,
+            startup_s=min(r.startup_s for r in found),
+            cpu_per_sample_s=None,
+            cpu_share=None,
+            batches=sum(r.batches for r in found),
+            measured_s=sum(r.measured_s for r in found),
+            rough=any(r.rough for r in found),
+        )
 
     def rung(self, num_workers: int, prefetch_factor: int | None = None) -> Rung | None:
         """The fastest rung with this worker count (and prefetch factor, when given)."""
@@ -105,6 +129,7 @@ class LoaderLadder:
             "budget_s": self.budget_s,
             "skipped": self.skipped,
             "notes": list(self.notes),
+            "in_training": [r.to_dict() for r in self.in_training],
         }
 
     @classmethod
@@ -118,6 +143,7 @@ class LoaderLadder:
             budget_s=float(d.get("budget_s", 0.0)),
             skipped=bool(d.get("skipped", False)),
             notes=list(d.get("notes", [])),
+            in_training=[Rung.from_dict(r) for r in d.get("in_training", [])],
         )
 
     def __str__(self) -> str:
@@ -138,6 +164,14 @@ class LoaderLadder:
                     f"  {r.num_workers:7d}  {pf:>8}  {r.samples_per_s:9.1f}  {r.startup_s * 1e3:6.0f} ms"
                     f"  {cps:>10}  {share:>9}{rough}"
                 )
+            if self.in_training:
+                lines.append("  with the training step (loading and stepping together):")
+                for r in self.in_training:
+                    rough = "  (rough)" if r.rough else ""
+                    lines.append(
+                        f"  {r.num_workers:7d}  {r.prefetch_factor or '-':>8}  {r.samples_per_s:9.1f}"
+                        f"  {r.startup_s * 1e3:6.0f} ms{rough}"
+                    )
             lines.append(f"  measured in {self.elapsed_s:.2f} s of a {self.budget_s:.2f} s budget")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)

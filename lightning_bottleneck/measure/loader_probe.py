@@ -10,6 +10,12 @@ CPU time against wall time of the fetch tells CPU-bound loading (more workers th
 from loading that waits (disk, network, remote storage: more workers than cores do help), so the
 ladder stops at the usable CPU count in the first case and goes on in the second.
 
+Given ``train_step`` (a function that runs the model's step on a batch and leaves training untouched:
+:func:`~lightning_bottleneck.measure.trials.restored_trial_step`), CPU-bound loading is also timed *with
+the step*: the worker counts worth trying feed the model's own step, so workers and step compete for the
+cores as they will in training, and the rate is what the run gets (issue 19: the loader alone measured
+1.2-2x for worker counts that trained at 0.74-0.99x on 2 cores). It takes the second half of the budget.
+
 The probe never changes the training: the training DataLoader, its sampler and iterator are only read,
 the Python/NumPy/torch RNG states are saved and restored, every worker the probe starts is shut down
 before it returns, and it stays within a time budget (one batch fetch of slack) and a memory budget
@@ -30,7 +36,7 @@ import contextlib
 import random
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +78,15 @@ RUNG_BUDGET_SHARE = 0.35
 DEFAULT_MEMORY_BUDGET_BYTES = 512 * 2**20
 # Prefetch factors tried for the best worker count besides torch's default of 2.
 PREFETCH_FACTORS = (4,)
+# Share of the budget kept for timing worker counts with the training step (CPU-bound loading, a train_step
+# given): the loader-alone ladder of CPU-bound loading stops at the core count (two or three rungs on a
+# laptop), so half the budget suffices for it, and the in-training rungs (the current count twice, the core
+# count, twice the core count) get the other half.
+IN_TRAINING_SHARE = 0.5
+# Worker counts up to this multiple of the usable cores are timed with the step: more workers than cores
+# cannot speed CPU-bound loading alone, but in training they take a larger share of the cores from the
+# step's threads (the scheduler shares per thread), which can pay when loading is the longer part.
+IN_TRAINING_OVERSUBSCRIPTION = 2
 
 
 class _CyclingSampler(Sampler[int]):
@@ -107,6 +122,7 @@ def probe_loader(
     current_num_workers: int | None = None,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     seed: int = 0,
+    train_step: Callable[[Any], None] | None = None,
 ) -> LoaderLadder:
     """Measure a copy of ``loader`` at a ladder of worker counts and prefetch factors.
 
@@ -119,6 +135,9 @@ def probe_loader(
             defaults to ``loader.num_workers``.
         memory_budget_bytes: rungs whose batches in flight would exceed this are skipped with a note.
         seed: seed of the probe's own sampler and worker seeds (never the global RNG).
+        train_step: runs the model's training step on a batch from the probe's loader and leaves training
+            untouched; when given and loading is CPU-bound, worker counts are also timed with the step
+            (:attr:`LoaderLadder.in_training`). The caller restores the model (see the module docstring).
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")
@@ -137,7 +156,21 @@ def probe_loader(
     with _rng_preserved(), warnings.catch_warnings():
         # torch warns when workers exceed its suggested maximum: the probe tries exactly that on purpose.
         warnings.filterwarnings("ignore", ".*worker processes in total.*")
-        _climb(plan, ladder, cpus, current, target_samples_per_s, memory_budget_bytes, start, deadline, seed)
+        reserve = IN_TRAINING_SHARE if train_step is not None else 0.0
+        _climb(
+            plan,
+            ladder,
+            cpus,
+            current,
+            target_samples_per_s,
+            memory_budget_bytes,
+            start,
+            deadline,
+            seed,
+            reserve,
+        )
+        if train_step is not None and ladder.bound == BOUND_CPU and ladder.rung(0) is not None:
+            _time_in_training(plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed)
     ladder.elapsed_s = time.perf_counter() - start
     ladder.skipped = not ladder.rungs
     return ladder
@@ -207,6 +240,7 @@ def _climb(
     start: float,
     deadline: float,
     seed: int,
+    reserve: float = 0.0,
 ) -> None:
     budget = deadline - start
     batch_bytes: list[int] = []
@@ -215,6 +249,9 @@ def _climb(
         return
     ladder.rungs.append(zero)
     ladder.bound = _bound(zero)
+    if reserve and ladder.bound == BOUND_CPU:  # the rest of the budget times worker counts with the step
+        budget *= 1.0 - reserve
+        deadline = start + budget
     best = zero
     covered = target is not None and zero.samples_per_s >= target
     counts = _ladder_counts(ladder.bound, cpus, current)
@@ -251,6 +288,50 @@ def _climb(
             if rung is None:
                 break
             ladder.rungs.append(rung)
+
+
+def _time_in_training(
+    plan: _Plan,
+    ladder: LoaderLadder,
+    cpus: int,
+    current: int,
+    train_step: Callable[[Any], None],
+    memory_budget: int,
+    deadline: float,
+    seed: int,
+) -> None:
+    """Time the current worker count, the usable core count and twice that with the training step, then the
+    current count again (its two timings are averaged, so that drift over the measurement cancels)."""
+    counts = [w for w in (max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)) if w != current]
+    order = [current, *counts, current]
+    budget = max(0.0, deadline - time.perf_counter())
+    batch_bytes: list[int] = []
+    for i, w in enumerate(order):
+        left = deadline - time.perf_counter()
+        share = left / (len(order) - i)
+        if share < MIN_MEASURE_S:
+            ladder.notes.append(
+                f"Timing with the training step stopped before num_workers={w}: the probe's budget is spent."
+            )
+            break
+        if w and not _affordable(w, 2, batch_bytes, memory_budget, ladder):
+            continue
+        rung = _measure(
+            plan,
+            w,
+            2 if w else None,
+            time.perf_counter() + share,
+            budget,
+            seed,
+            ladder,
+            batch_bytes,
+            train_step,
+        )
+        if rung is None:
+            break
+        ladder.in_training.append(rung)
+    if ladder.in_training_rung(current) is None:
+        ladder.in_training.clear()
 
 
 def _bound(rung: Rung) -> str:
@@ -291,7 +372,10 @@ def _measure(
     seed: int,
     ladder: LoaderLadder,
     batch_bytes: list[int],
+    consume: Callable[[Any], None] | None = None,
 ) -> Rung | None:
+    """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
+    ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out."""
     rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, MIN_MEASURE_S))
     generator = torch.Generator()
     generator.manual_seed(seed)
@@ -321,6 +405,8 @@ def _measure(
         t_first = time.perf_counter()
         if not batch_bytes:
             batch_bytes.append(_nbytes(batch))
+        if consume is not None:
+            consume(batch)
         del batch
         pids = [p.pid for p in getattr(it, "_workers", [])]
         fetched = 1
@@ -332,7 +418,10 @@ def _measure(
         while True:
             if now >= rung_deadline and fetched >= round_size:
                 break
-            next(it)
+            batch = next(it)
+            if consume is not None:
+                consume(batch)
+            del batch
             fetched += 1
             now = time.perf_counter()
             if fetched == round_size and round_size > 1:
@@ -342,8 +431,9 @@ def _measure(
                 if rounds >= MIN_ROUNDS and now - t_open >= MIN_MEASURE_S:
                     break
         cpu_close = _cpu(pids)
-    except Exception as err:  # a worker crash, an unpicklable dataset under spawn, a timeout
-        ladder.notes.append(f"Loader probe stopped at num_workers={workers}: {type(err).__name__}: {err}")
+    except Exception as err:  # a worker crash, an unpicklable dataset under spawn, a timeout, a failing step
+        what = "Timing with the training step" if consume is not None else "Loader probe"
+        ladder.notes.append(f"{what} stopped at num_workers={workers}: {type(err).__name__}: {err}")
         return None
     finally:
         _shutdown(it)
@@ -364,7 +454,7 @@ def _measure(
         rough = True
     samples = window_batches * plan.batch_size
     cpu_per_sample = cpu_share = None
-    if cpu_close is not None and cpu_open is not None and samples > 0:
+    if consume is None and cpu_close is not None and cpu_open is not None and samples > 0:
         cpu_s = max(0.0, cpu_close[0] - cpu_open[0])
         runnable_wait_s = max(0.0, cpu_close[1] - cpu_open[1])
         cpu_per_sample = cpu_s / samples

@@ -287,7 +287,9 @@ def measure(
     ]
     probe, trials, val_probe = agree(plan) if agree is not None else plan
     if probe:
-        out.loader_ladder = _probe(trainer, options, _consumption_rate(summary, batch_size), out.notes)
+        out.loader_ladder = _probe(
+            trainer, options, _consumption_rate(summary, batch_size), out.notes, pl_module, batch_idx
+        )
     if trials and batch is not None:
         out.trials = _trials(trainer, pl_module, batch, batch_idx, options, out.notes)
     out.fit_probes = fit_probes(trainer, options, val_probe)
@@ -366,11 +368,19 @@ def _single_loader(loader: Any) -> Any:
 
 
 def _probe(
-    trainer: Any, options: MeasureOptions, target: float | None, notes: list[str]
+    trainer: Any,
+    options: MeasureOptions,
+    target: float | None,
+    notes: list[str],
+    pl_module: Any = None,
+    batch_idx: int = 0,
 ) -> LoaderLadder | None:
+    """The train loader's probe; when the model trains on the CPU, worker counts are also timed with its
+    step (:func:`~lightning_bottleneck.measure.trials.restored_trial_step`: nothing of the training changes)."""
     from torch.utils.data import DataLoader
 
     from lightning_bottleneck.measure.loader_probe import probe_loader
+    from lightning_bottleneck.measure.trials import restored_trial_step
 
     loader = getattr(trainer, "train_dataloader", None)
     if isinstance(loader, (list, tuple)) and len(loader) == 1:
@@ -382,11 +392,25 @@ def _probe(
             f"loader probe skipped: the train loader is a {type(loader).__name__}, not one DataLoader"
         )
         return None
+    module = getattr(trainer, "lightning_module", None) or pl_module
+    budget = options.loader_budget_s or 0.0
     try:
-        return probe_loader(loader, budget_s=options.loader_budget_s or 0.0, target_samples_per_s=target)
+        if module is None or not _steps_on_cpu(trainer, module):
+            return probe_loader(loader, budget_s=budget, target_samples_per_s=target)
+        with restored_trial_step(module, batch_idx, precision=str(trainer.precision)) as step:
+            return probe_loader(loader, budget_s=budget, target_samples_per_s=target, train_step=step)
     except Exception as err:
         notes.append(f"loader probe failed: {type(err).__name__}: {err}")
         return None
+
+
+def _steps_on_cpu(trainer: Any, module: Any) -> bool:
+    """The model trains on the CPU with automatic optimization: its step can be timed beside the workers."""
+    device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+    return (
+        getattr(device, "type", None) == "cpu"
+        and getattr(module, "automatic_optimization", True) is not False
+    )
 
 
 def _trials(

@@ -40,7 +40,14 @@ from lightning_bottleneck.measure.contention import assess, take_snapshot
 from lightning_bottleneck.measure.cpus import cpu_has_bf16
 from lightning_bottleneck.measure.trial_results import DEFAULT_BUDGET_S, TrialReport, TrialResult
 
-__all__ = ["DEFAULT_BUDGET_S", "NOISE_BAND", "TrialReport", "TrialResult", "run_trials"]
+__all__ = [
+    "DEFAULT_BUDGET_S",
+    "NOISE_BAND",
+    "TrialReport",
+    "TrialResult",
+    "restored_trial_step",
+    "run_trials",
+]
 
 # ---- named constants ------------------------------------------------------------------------------------
 
@@ -395,6 +402,47 @@ class _StepRunner:
 
 class _NoLoss(Exception):
     pass
+
+
+@contextlib.contextmanager
+def restored_trial_step(
+    module: nn.Module,
+    batch_idx: int = 0,
+    device: torch.device | str | None = None,
+    precision: str = "32-true",
+) -> Iterator[Callable[[Any], None]]:
+    """A function that runs one trial step (``training_step`` -> loss -> ``backward``, grads reset first, as
+    ``zero_grad`` does) on any batch, under the Trainer's ``precision``, for as long as the context lasts; on exit everything the trials restore
+    is restored (grads, buffers, metric states, modes, RNG states, torch's global settings; ``self.log``
+    discarded meanwhile). The loader probe feeds it batches to time worker counts *with* the model's step.
+    Raises ``RuntimeError`` from the step when ``training_step`` returns no loss tensor.
+
+    Example::
+
+        with restored_trial_step(pl_module, batch_idx) as step:
+            for batch in loader:
+                step(batch)
+    """
+    if device is None:
+        first = next(module.parameters(), None)
+        device = first.device if first is not None else torch.device("cpu")
+    device = torch.device(device)
+    with _restored_globals(), _restored_rng(device), _preserved_module(module):
+        torch.set_grad_enabled(True)
+        runner = _StepRunner(module, None, batch_idx, device)
+        fn = runner.step_fn()
+        ctx = _baseline_context(precision, device.type)
+
+        def step(batch: Any) -> None:
+            for p in runner.params:
+                p.grad = None
+            try:
+                with ctx():
+                    fn(batch)
+            except _NoLoss:
+                raise RuntimeError("training_step returned no loss tensor") from None
+
+        yield step
 
 
 def _count_ops(runner: _StepRunner, batch: Any) -> int:
