@@ -51,6 +51,10 @@ DEFAULT_STEP_CORES = 1.0
 # cores' worth of time to the workers (half a core: the step's threads wait at barriers for a descheduled
 # thread; a whole core would be the workers taking every cycle they want).
 CONTENDED_STEP_CORES = 0.5
+# The current worker count is timed with the step before and after the others; when those two timings differ
+# by more than this ratio the machine's speed moved while it was measured, and the in-training speed-up is
+# given as a range (half the 20% the predictions are held to, since either timing may be the off one).
+IN_TRAINING_NOISE_MAX = 1.10
 # The model's consumption rate is read at this percentile of (step - data wait) over the timed steps, not
 # the median: profiled steps and steps slowed by other processes on a shared machine make the busy time
 # look longer than the model needs (issue 9 measured 26x slower window steps under contention), and
@@ -247,7 +251,21 @@ def plan_loader(
         }
     spread: tuple[float, float] | None = None
     uncertainty = ""
-    if (
+    if speedup is not None and chosen is not None and trained_now is not None:
+        lo, hi = _current_spread(ladder, trained_now)
+        if hi > lo * IN_TRAINING_NOISE_MAX and lo > 0:
+            # the current setting's two timings moved more than a 20% prediction allows: the speed-up is given
+            # as the range between the chosen rate against each of them
+            ends = [
+                epoch_now / _epoch_s(steps_per_epoch, step_s * rate / chosen.samples_per_s, stall_new)
+                for rate in (hi, lo)
+            ]
+            spread = (round(min(ends[0], speedup), 3), round(max(ends[1], speedup), 3))
+            uncertainty = (
+                f"the two timings of the current num_workers={w_now} with the step differed by "
+                f"{hi / lo - 1:.0%} (the machine's speed moved while it was measured)"
+            )
+    elif (
         speedup is not None
         and chosen is not None
         and trained_now is None
@@ -436,7 +454,15 @@ def _pick_in_training(ladder: LoaderLadder, now: Rung, notes: list[str]) -> Rung
         for w in sorted({r.num_workers for r in ladder.in_training} - {now.num_workers})
         if (r := ladder.in_training_rung(w)) is not None
     ]
-    if not others:
+    rough = [r for r in others if r.rough]
+    if rough:  # its window closed before the workers' queue drained and two rounds were timed: not evidence
+        notes.append(
+            "Timed with the training step, but too briefly to count (the probe's budget ran out): "
+            + ", ".join(f"num_workers={r.num_workers}" for r in rough)
+            + "; raise loader_budget_s to time them."
+        )
+        others = [r for r in others if not r.rough]
+    if not others or now.rough:
         return None
     best = max(others, key=lambda r: r.samples_per_s)
     gain = best.samples_per_s / now.samples_per_s if now.samples_per_s > 0 else 0.0
@@ -445,17 +471,34 @@ def _pick_in_training(ladder: LoaderLadder, now: Rung, notes: list[str]) -> Rung
         if now.samples_per_s > 0
         else ""
     )
-    if gain >= MEASURED_GAIN_MIN:
+    lo, hi = _current_spread(ladder, now)
+    if gain >= MEASURED_GAIN_MIN and best.samples_per_s >= hi:
         notes.append(
             f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
             f"num_workers={now.num_workers}."
         )
         return best
+    if gain >= MEASURED_GAIN_MIN:  # faster than the mean, but not than both timings of the current setting
+        notes.append(
+            f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
+            f"num_workers={now.num_workers}, whose own two timings ({lo:.0f} and {hi:.0f} samples/s) differ by "
+            "as much: the machine's noise, not a measured gain; no worker count advised."
+        )
+        return None
     notes.append(
         f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
         f"num_workers={now.num_workers}; none is {MEASURED_GAIN_MIN:.2f}x faster: no worker count advised."
     )
     return None
+
+
+def _current_spread(ladder: LoaderLadder, now: Rung) -> tuple[float, float]:
+    """The lowest and highest timing of the current worker count with the step (timed twice, before and after
+    the others: how much the machine's speed moved over the measurement)."""
+    rates = [r.samples_per_s for r in ladder.in_training if r.num_workers == now.num_workers] or [
+        now.samples_per_s
+    ]
+    return min(rates), max(rates)
 
 
 def _usable_rungs(

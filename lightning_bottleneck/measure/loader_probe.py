@@ -80,12 +80,13 @@ DEFAULT_MEMORY_BUDGET_BYTES = 512 * 2**20
 PREFETCH_FACTORS = (4,)
 # Share of the budget kept for timing worker counts with the training step (CPU-bound loading, a train_step
 # given): the loader-alone ladder of CPU-bound loading stops at the core count (two or three rungs on a
-# laptop), so half the budget suffices for it, and the in-training rungs (the current count twice, the core
-# count, twice the core count) get the other half.
-IN_TRAINING_SHARE = 0.5
+# laptop), so 40% of the budget suffices for it, and the in-training rungs (the current count twice, the core
+# count, twice the core count), which must each drain the workers' prefetch queue before timing, get 60%.
+IN_TRAINING_SHARE = 0.6
 # Worker counts up to this multiple of the usable cores are timed with the step: more workers than cores
 # cannot speed CPU-bound loading alone, but in training they take a larger share of the cores from the
-# step's threads (the scheduler shares per thread), which can pay when loading is the longer part.
+# step's threads (the scheduler shares per thread), which can pay when loading is the longer part; at most
+# WAIT_BOUND_MAX_WORKERS (each worker a process with a copy of the dataset object).
 IN_TRAINING_OVERSUBSCRIPTION = 2
 
 
@@ -302,13 +303,18 @@ def _time_in_training(
 ) -> None:
     """Time the current worker count, the usable core count and twice that with the training step, then the
     current count again (its two timings are averaged, so that drift over the measurement cancels)."""
-    counts = [w for w in (max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)) if w != current]
+    counts = sorted(
+        {min(w, WAIT_BOUND_MAX_WORKERS) for w in (max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus))}
+        - {current}
+    )
     order = [current, *counts, current]
     budget = max(0.0, deadline - time.perf_counter())
     batch_bytes: list[int] = []
     for i, w in enumerate(order):
         left = deadline - time.perf_counter()
-        share = left / (len(order) - i)
+        # a rung with workers first drains their prefetch queue: it gets a larger share
+        weights = [1.0 + n / 2 for n in order[i:]]
+        share = left * weights[0] / sum(weights)
         if share < MIN_MEASURE_S:
             ladder.notes.append(
                 f"Timing with the training step stopped before num_workers={w}: the probe's budget is spent."
@@ -397,6 +403,10 @@ def _measure(
         **kwargs,
     )
     round_size = max(1, workers)
+    # Alone, the loader's first round is start-up. With the step, the workers also fill their prefetch queue
+    # (workers x prefetch_factor batches) while the first batches are stepped: the window opens once that
+    # queue is drained, or batches loaded during start-up would count as loaded at the step's pace.
+    open_at = round_size if consume is None or not workers else workers * (prefetch or 2)
     it: Any = None
     t0 = time.perf_counter()
     try:
@@ -412,7 +422,7 @@ def _measure(
         fetched = 1
         # The steady-state window opens when the first round of batches is in (index round_size - 1).
         t_open, cpu_open, n_open = t_first, _cpu(pids), 1
-        if round_size > 1:
+        if open_at > 1:
             t_open = -1.0
         now = t_first
         while True:
@@ -424,7 +434,7 @@ def _measure(
             del batch
             fetched += 1
             now = time.perf_counter()
-            if fetched == round_size and round_size > 1:
+            if fetched == open_at and open_at > 1:
                 t_open, cpu_open, n_open = now, _cpu(pids), fetched
             if t_open >= 0:
                 rounds = (fetched - n_open) // round_size
