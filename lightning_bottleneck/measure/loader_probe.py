@@ -14,7 +14,7 @@ Given ``train_step`` (a function that runs the model's step on a batch and leave
 :func:`~lightning_bottleneck.measure.trials.restored_trial_step`), CPU-bound loading is also timed *with
 the step*: the worker counts worth trying feed the model's own step, so workers and step compete for the
 cores as they will in training, and the rate is what the run gets (issue 19: the loader alone measured
-1.2-2x for worker counts that trained at 0.74-0.99x on 2 cores). It takes the second half of the budget.
+1.2-2x for worker counts that trained at 0.74-0.99x on 2 cores). It takes the last 60% of the budget.
 
 The probe never changes the training: the training DataLoader, its sampler and iterator are only read,
 the Python/NumPy/torch RNG states are saved and restored, every worker the probe starts is shut down
