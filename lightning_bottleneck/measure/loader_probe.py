@@ -312,10 +312,11 @@ def _time_in_training(
     batch_bytes: list[int] = []
     for i, w in enumerate(order):
         left = deadline - time.perf_counter()
-        # a rung with workers first drains their prefetch queue: it gets a larger share
+        # a rung with workers first drains their prefetch queue: it gets a larger share; each gets at least the
+        # minimal window while that much is left (the later ones go short: the current count's second timing last)
         weights = [1.0 + n / 2 for n in order[i:]]
-        share = left * weights[0] / sum(weights)
-        if share < MIN_MEASURE_S:
+        share = max(MIN_MEASURE_S, left * weights[0] / sum(weights))
+        if left < MIN_MEASURE_S:
             ladder.notes.append(
                 f"Timing with the training step stopped before num_workers={w}: the probe's budget is spent."
             )
