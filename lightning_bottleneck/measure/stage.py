@@ -382,11 +382,7 @@ def _probe(
     from lightning_bottleneck.measure.loader_probe import probe_loader
     from lightning_bottleneck.measure.trials import restored_trial_step
 
-    loader = getattr(trainer, "train_dataloader", None)
-    if isinstance(loader, (list, tuple)) and len(loader) == 1:
-        loader = loader[0]
-    if isinstance(loader, dict) and len(loader) == 1:
-        loader = next(iter(loader.values()))
+    loader = _single_loader(getattr(trainer, "train_dataloader", None))
     if not isinstance(loader, DataLoader):
         notes.append(
             f"loader probe skipped: the train loader is a {type(loader).__name__}, not one DataLoader"

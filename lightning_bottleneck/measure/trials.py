@@ -404,6 +404,23 @@ class _NoLoss(Exception):
     pass
 
 
+def _device_of(module: nn.Module, device: torch.device | str | None) -> torch.device:
+    """``device``, or where the module's first parameter lives (the CPU for a module without parameters)."""
+    if device is None:
+        first = next(module.parameters(), None)
+        device = first.device if first is not None else torch.device("cpu")
+    return torch.device(device)
+
+
+@contextlib.contextmanager
+def _trial_state(module: nn.Module, device: torch.device) -> Iterator[None]:
+    """Everything a trial step touches, restored on exit (torch's global settings and grad mode, the RNG
+    states, the module's grads, buffers, metric states and modes; ``self.log`` discarded); grad mode on inside."""
+    with _restored_globals(), _restored_rng(device), _preserved_module(module):
+        torch.set_grad_enabled(True)
+        yield
+
+
 @contextlib.contextmanager
 def restored_trial_step(
     module: nn.Module,
@@ -412,9 +429,8 @@ def restored_trial_step(
     precision: str = "32-true",
 ) -> Iterator[Callable[[Any], None]]:
     """A function that runs one trial step (``training_step`` -> loss -> ``backward``, grads reset first, as
-    ``zero_grad`` does) on any batch, under the Trainer's ``precision``, for as long as the context lasts; on exit everything the trials restore
-    is restored (grads, buffers, metric states, modes, RNG states, torch's global settings; ``self.log``
-    discarded meanwhile). The loader probe feeds it batches to time worker counts *with* the model's step.
+    ``zero_grad`` does) on any batch, under the Trainer's ``precision``, for as long as the context lasts; on
+    exit everything the trials restore is restored (:func:`_trial_state`; ``self.log`` discarded meanwhile). The loader probe feeds it batches to time worker counts *with* the model's step.
     Raises ``RuntimeError`` from the step when ``training_step`` returns no loss tensor.
 
     Example::
@@ -423,12 +439,8 @@ def restored_trial_step(
             for batch in loader:
                 step(batch)
     """
-    if device is None:
-        first = next(module.parameters(), None)
-        device = first.device if first is not None else torch.device("cpu")
-    device = torch.device(device)
-    with _restored_globals(), _restored_rng(device), _preserved_module(module):
-        torch.set_grad_enabled(True)
+    device = _device_of(module, device)
+    with _trial_state(module, device):
         runner = _StepRunner(module, None, batch_idx, device)
         fn = runner.step_fn()
         ctx = _baseline_context(precision, device.type)
@@ -510,14 +522,10 @@ def run_trials(
             "manual optimization: training_step steps the optimizers itself, so it cannot be trialled"
         )
         return report
-    if device is None:
-        first = next(module.parameters(), None)
-        device = first.device if first is not None else torch.device("cpu")
-    device = torch.device(device)
+    device = _device_of(module, device)
     start = time.perf_counter()
     before = take_snapshot(threads=torch.get_num_threads())
-    with _restored_globals(), _restored_rng(device), _preserved_module(module):
-        torch.set_grad_enabled(True)
+    with _trial_state(module, device):
         try:
             _run(module, batch, batch_idx, device, str(precision), budget_s, compile_budget_s, levers,
                  noise_band, report, start)  # fmt: skip
