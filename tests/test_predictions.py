@@ -12,13 +12,15 @@ from test_contention import _snap
 
 from lightning_bottleneck.advice.loader_plan import (
     MEASURED_GAIN_MIN,
+    STEP_SPREAD_MAX,
+    plan_from_timing,
     plan_loader,
     step_cores_from_window,
 )
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
 from lightning_bottleneck.measure.contention import assess
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
 from lightning_bottleneck.output.report import Recommendation
 
 from conftest import fit_scenario
@@ -69,6 +71,43 @@ def test_workers_that_need_the_steps_cores_get_a_range() -> None:
     assert lo < hi == pytest.approx(rec.expected_speedup)
     assert "share 2 CPU(s)" in rec.uncertainty and "cannot be predicted within 20%" in rec.speedup_text
     assert f"{lo:.2f}x to {hi:.2f}x" in rec.speedup_text
+
+
+def _sleepy_ladder() -> LoaderLadder:
+    """Wait-bound loading (3 ms sleeps a sample, batch 16), as the probe measured it for issue 19's io_wait."""
+    return LoaderLadder(
+        [Rung(0, None, 310.0, 0.05, 1.5e-4, 0.05, 6, 0.25), Rung(2, 2, 624.0, 0.11, 1.5e-4, 0.05, 12, 0.25),
+         Rung(4, 2, 1208.0, 0.17, 1.3e-4, 0.04, 23, 0.25), Rung(8, 2, 2410.0, 0.18, 1e-4, 0.03, 46, 0.25)],
+        BOUND_WAIT, 16, 2,
+    )  # fmt: skip
+
+
+def _sleepy_timing(busy_ms: list[float]) -> TimingStats:
+    waits = [52.0] * len(busy_ms)
+    return TimingStats(len(busy_ms), [w + b for w, b in zip(waits, busy_ms)], waits, [], 16.0)
+
+
+def test_a_step_whose_own_time_spreads_gives_a_range_that_reaches_the_fast_steps() -> None:
+    """io_wait on this VM: without workers the step (data wait taken out) took 4 ms or 13 ms, bimodal; with 8
+    workers it took 1.6 ms and the run got 8.5x against the median-based 6.4x point. The run's own steps
+    disagree about the step's cost: the speed-up is a range from the median step to the fastest quarter's."""
+    bimodal = [4.0] * 12 + [13.0] * 20
+    plan = plan_from_timing(_sleepy_ladder(), RunConfig(num_workers=0, batch_size=16, usable_cpus=2,
+                            accelerator="cpu"), _sleepy_timing(bimodal), 32)  # fmt: skip
+    rec = plan.recommendations[0]
+    assert rec.settings["num_workers"] == 8
+    lo, hi = rec.expected_speedup_range
+    assert lo == pytest.approx(rec.expected_speedup)  # the point stays the median step's (the low end)
+    assert hi > lo * STEP_SPREAD_MAX
+    # the high end: the step paced by 8 workers' 6.6 ms a batch, not by its own 4 ms
+    assert hi == pytest.approx((52.0 + 13.0) / (16 / 2410 * 1e3), rel=0.02)
+    assert "13.0 ms (median)" in rec.uncertainty and "4.0 ms (the fastest quarter)" in rec.uncertainty
+    assert "cannot be predicted within 20%" in rec.speedup_text
+    # steps that agree (every one 4 ms) keep a point
+    steady = plan_from_timing(_sleepy_ladder(), RunConfig(num_workers=0, batch_size=16, usable_cpus=2,
+                              accelerator="cpu"), _sleepy_timing([4.0] * 32), 32)  # fmt: skip
+    assert steady.recommendations[0].expected_speedup_range is None
+    assert steady.recommendations[0].expected_speedup == pytest.approx(56.0 / 6.639, rel=0.02)
 
 
 def _timed_with_the_step(rates: dict[int, float]) -> LoaderLadder:
