@@ -812,6 +812,15 @@ def ranked_verdict(
                 + "."
             )
         return replace(verdict, confidence=conf), notes
+    top = savings.get(primary.value, 0.0)
+    if top < T.VERDICT_SAVING_MIN and verdict.primary not in (Category.UNKNOWN, primary):
+        best = next(c for c in ranking.candidates if c.category == primary)
+        return replace(
+            verdict, confidence=min(verdict.confidence, T.UNCERTAIN_CONFIDENCE_MAX), savings=savings
+        ), [
+            f"The best fix found ({best.name}) saves {top:.1%} of the step, under the {T.VERDICT_SAVING_MIN:.0%} "
+            f"that can be told from no change: the verdict follows where the time goes ({verdict.primary.value})."
+        ]
     conf, notes = confidence(ranking, evidence, steps_profiled, from_trace, step_samples_ms)
     findings = sorted(verdict.findings, key=lambda f: (f.kind != primary.value, f.severity.rank))
     return replace(verdict, primary=primary, confidence=conf, savings=savings, findings=findings), notes
