@@ -192,6 +192,8 @@ def test_a_fix_that_saves_less_than_the_noise_does_not_overrule_where_the_time_g
     assert report.recommendations and report.recommendations[0].kind == "rest_of_fit"  # the only fix found
     saved = (report.recommendations[0].saved_ms_per_step or 0.0) / STEP_MS
     assert 0 < saved < T.VERDICT_SAVING_MIN
+    # the ranking alone (the bucket whose best fix saves the most) would have said rest_of_fit
+    assert list(report.metrics["ranking"]["bucket_savings_ms_per_step"]) == ["rest_of_fit"]
     assert report.primary == Category.INPUT
     assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX
     assert any("can be told from no change" in n and "(input)" in n for n in report.notes), report.notes

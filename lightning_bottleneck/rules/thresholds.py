@@ -113,11 +113,16 @@ COMM_COMPRESS_RECOVERABLE = 0.3
 # not representative of the run (analysis/representative.py), or the trace's timing had to be repaired.
 TOP_TWO_RATIO_MIN = 1.3
 UNCERTAIN_CONFIDENCE_MAX = 0.9
-# A bucket whose best fix saves less than this share of the step cannot be told from no change (the 3% noise
-# band `lightning-bottleneck compare` uses, COMPARE_NOISE), so it does not overrule where the time goes: the
-# share-based verdict stands (issue 19: on a busy machine the loader probe saw no loader fix for a step 45% in
-# data wait, and a logging fix saving 0.3% of the step made the verdict rest_of_fit).
-VERDICT_SAVING_MIN = 0.03
+# The project's one "no change" band: a step-time change smaller than this fraction is not reported by
+# `lightning-bottleneck compare` (profiled windows hold a handful of steps; their median moves by a few percent
+# between identical runs on a quiet machine), a trial lever must measure above 1 + this to be advised
+# (torch.utils.benchmark's ``Compare`` highlights differences from about that size too).
+NO_CHANGE_BAND = 0.03
+# A bucket whose best fix saves less than this share of the step cannot be told from no change, so it does not
+# overrule where the time goes: the share-based verdict stands (issue 19: on a busy machine the loader probe saw
+# no loader fix for a step 45% in data wait, and a logging fix saving 0.3% of the step made the verdict
+# rest_of_fit).
+VERDICT_SAVING_MIN = NO_CHANGE_BAND
 # A verdict resting on estimates (the RECOVERABLE table) rather than a measured trial stays below this.
 ESTIMATED_CONFIDENCE_MAX = 0.95
 # Step-time spread (p90 / median) above this makes every share a blend of different steps: the confidence
