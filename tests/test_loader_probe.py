@@ -191,6 +191,21 @@ def test_io_bound_loading_gets_more_workers_than_cores() -> None:
     assert rec.evidence["predicted_step_ms"] < rec.evidence["step_ms"]
 
 
+def test_a_short_probe_of_waiting_loads_goes_straight_to_the_worker_count_that_can_cover() -> None:
+    """Issue 19 (a CI failure): a 1-second probe spent its budget on num_workers=0 and 1 of a loader asleep
+    a few ms a sample, which load at the same rate, and never timed a count that covers the model. Waiting
+    loads scale with the workers, so the counts below target / rate are skipped."""
+    loader = DataLoader(Sleepy(512, delay_s=0.003), batch_size=8)
+    target = 800.0 * COVER_MARGIN  # num_workers=0 delivers ~300 samples/s: 4 workers are the first that can
+    ladder = probe_loader(loader, budget_s=1.0, usable_cpus=2, target_samples_per_s=target)
+    assert ladder.bound == BOUND_WAIT, ladder
+    zero = ladder.rung(0)
+    assert zero is not None
+    workers = sorted({r.num_workers for r in ladder.rungs if r.num_workers})
+    assert workers and workers[0] >= target / zero.samples_per_s, ladder
+    assert any(r.samples_per_s >= 800.0 for r in ladder.rungs if r.num_workers), ladder
+
+
 def test_cpu_bound_loading_on_two_cores_reports_the_ceiling_and_cheaper_samples_first() -> None:
     loader = DataLoader(Heavy(), batch_size=4)
     ladder = probe_loader(loader, budget_s=3.0, usable_cpus=2)
@@ -272,6 +287,30 @@ def test_never_advises_a_setting_measured_slower() -> None:
     )
     assert all("num_workers" not in r.settings for r in plan.recommendations)
     assert any("training process's core" in n for n in plan.notes)
+
+
+def test_one_worker_that_loads_no_faster_alone_is_advised_for_the_overlap() -> None:
+    """Issue 19 (a CI failure): a 1-second probe of a loader that sleeps 2 ms a sample ran out of budget after
+    num_workers=1, which loads no faster alone than in-process (405 against 459 samples/s: both sleep), and
+    no worker count was advised for a step 61% in data wait. In training one worker overlaps the loading
+    with the step: the step becomes the slower of the two instead of their sum."""
+    ladder = LoaderLadder([_rung(0, 459.0), _rung(1, 405.0)], BOUND_WAIT, 8, 2)
+    cfg = RunConfig(num_workers=0, batch_size=8, usable_cpus=2, accelerator="cpu")
+    # the step without its wait: 12.5 ms a batch of 8 (640 samples/s); with the wait 30 ms
+    plan = plan_loader(
+        ladder, cfg, consumption_samples_per_s=640.0, data_wait_share=0.6, step_s=0.030, steps_per_epoch=12
+    )
+    first = plan.recommendations[0]
+    assert first.settings == {"num_workers": 1, "persistent_workers": True}, plan
+    # a 30 ms step against one paced by the worker's 8 / 405 s = 19.8 ms a batch (kept alive between epochs)
+    assert first.expected_speedup == pytest.approx(0.030 / (8 / 405.0), rel=0.02)
+    # loading that burns the CPU the step needs is judged by the loader's own rate, as before
+    cpu_bound = LoaderLadder([_rung(0, 459.0), _rung(1, 405.0)], BOUND_CPU, 8, 2)
+    plan = plan_loader(
+        cpu_bound, cfg, consumption_samples_per_s=640.0, data_wait_share=0.6, step_s=0.030, steps_per_epoch=12
+    )
+    assert all("num_workers" not in r.settings for r in plan.recommendations)
+    assert any("not clearly faster" in n for n in plan.notes)
 
 
 def test_smallest_covering_worker_count_is_chosen() -> None:

@@ -5,9 +5,9 @@ the model consumes samples (its step without data wait), the run's loader settin
 stall, :func:`plan_loader` picks the *smallest* worker count whose measured rate covers consumption with a
 margin, adds ``persistent_workers`` when worker start-up is costly against the epoch, and, when no measured
 setting covers consumption (CPU-bound loading on too few cores), says so with the measured ceiling and makes
-"make samples cheaper" the first advice. It never advises a setting the probe measured no faster than the
-current one, and gives no loader advice when the data wait is below its medium threshold and start-up
-costs little. Every recommendation carries the ladder, the predicted step time and ``expected_speedup``.
+"make samples cheaper" the first advice. It never advises a setting the probe measured (or, for workers that
+overlap loading with the step, predicts) no faster than the current one, and gives no loader advice when the
+data wait is below its medium threshold and start-up costs little. Every recommendation carries the ladder, the predicted step time and ``expected_speedup``.
 
 Example::
 
@@ -34,7 +34,13 @@ from lightning_bottleneck.rules.thresholds import INPUT_SHARE_MEDIUM
 # still hides behind the step.
 COVER_MARGIN = 1.25
 # A setting must measure at least this much faster than the current one to be advised: the probe's own
-# rung-to-rung spread on a shared machine (the same 10% as the probe's LADDER_GAIN_MIN).
+# rung-to-rung spread on a shared machine (the same 10% as the probe's LADDER_GAIN_MIN). Loading alone, that
+# is; from in-process loading (num_workers=0) to workers whose loading does not take the step's cores (loading
+# that waits on I/O, or a model off the CPU), the gain is the overlap of loading with the step, which a rate
+# of the loader alone cannot show (a sleeping __getitem__ loads no faster in one worker than in-process): the
+# prediction for the run as it trains must then clear the same bar. Issue 19: a 1-second probe ran out of
+# budget after num_workers=1 (405 against 459 samples/s in-process, both asleep 2 ms a sample), no worker
+# count was advised for a step 61% in data wait, and an estimated compile fix made the verdict overhead.
 MEASURED_GAIN_MIN = 1.10
 # persistent_workers keeps every worker (a process holding a copy of the dataset object) alive between
 # epochs; it is worth that memory once re-starting workers costs more than the 3% noise band that
@@ -190,6 +196,7 @@ def plan_loader(
             chosen is not None
             and rung_now is not None
             and chosen is not rung_now
+            and (w_now > 0 or _shares_cores(current, ladder))  # else judged in training just below
             and chosen.samples_per_s < rung_now.samples_per_s * MEASURED_GAIN_MIN
         ):
             plan.notes.append(

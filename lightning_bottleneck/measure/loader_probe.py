@@ -231,6 +231,17 @@ def _ladder_counts(bound: str, cpus: int, current: int) -> list[int]:
     return sorted(set(counts))
 
 
+def _first_useful_count(bound: str, counts: list[int], zero: Rung, target: float | None) -> int:
+    """The smallest worker count worth timing first: with loading that waits (I/O, sleep), each worker adds
+    about num_workers=0's rate, so the counts below ``target / rate`` cannot cover the model and are skipped;
+    a short budget then goes to the count that can (issue 19: a 1-second probe spent its budget on
+    num_workers=0 and 1 of a loader asleep 2 ms a sample, and never reached the 2-4 workers that cover)."""
+    if bound != BOUND_WAIT or not target or zero.samples_per_s <= 0:
+        return 0
+    need = target / zero.samples_per_s
+    return next((w for w in counts if w >= need), counts[-1] if counts else 0)
+
+
 def _climb(
     plan: _Plan,
     ladder: LoaderLadder,
@@ -256,9 +267,10 @@ def _climb(
     best = zero
     covered = target is not None and zero.samples_per_s >= target
     counts = _ladder_counts(ladder.bound, cpus, current)
+    skip_below = _first_useful_count(ladder.bound, counts, zero, target)
     flat = 0
     for w in counts:
-        if covered and w != current:
+        if (covered or w < skip_below) and w != current:
             continue
         if not _affordable(w, 2, batch_bytes, memory_budget, ladder):
             break
