@@ -162,6 +162,44 @@ def test_a_heavy_callback_is_named_with_its_hook_and_its_knob() -> None:
     assert rec.method == "computed"
 
 
+def test_a_heavy_hook_that_slows_the_next_step_gives_a_range_bounded_by_the_back_to_back_step() -> None:
+    """Issue 19 (heavy_callback: predicted 1.56x, applied 2.36x): a hook doing 3 ms of CPU work slowed the
+    step after it too (2.85 ms hook, ~5 ms saved per avoided call in bare fits), which no timing of the hook
+    sees. With a trial timing the same step back-to-back, the advice gives a range from the hook's own time
+    to that plus the step's excess over the back-to-back step (at most the hook's time again)."""
+    from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
+
+    knobs = FitProbes(callback_knobs={"WeightStats": {"every_n_steps": 1}})
+
+    def advice(hook_s: float, baseline_ms: float | None) -> Any:
+        ledger = _ledger(callbacks=hook_s)  # STEPS calls beside 5 ms steps (0.05 ms of them data wait)
+        ledger.hooks = {"WeightStats.on_train_batch_end": HookTime(hook_s, STEPS)}
+        ev = _evidence(ledger, knobs)
+        if baseline_ms is not None:
+            ev.trials = TrialReport(
+                results=[TrialResult("compile", {"compile": True}, 0.8, 0.05, 15, baseline_ms, baseline_ms / 0.8)]
+            )
+        own = ledger.fit_s - ledger.parts[FitPart.DIAGNOSIS]
+        return diagnose(ev).recommendations[0], own
+
+    plain, _ = advice(2.0, None)
+    assert plain.expected_speedup_range is None  # no back-to-back timing: the computed point alone
+    rec, own = advice(2.0, 2.0)  # 10 ms hooks; the run's step 4.95 ms, back-to-back 2.0 ms
+    assert rec.settings == {"every_n_steps": 10} and rec.expected_speedup == plain.expected_speedup
+    assert rec.expected_speedup_range is not None and "step after each call" in (rec.uncertainty or "")
+    low, high = rec.expected_speedup_range
+    assert low == pytest.approx(plain.expected_speedup, rel=1e-3)
+    avoided = STEPS * 0.9
+    assert high == pytest.approx(own / (own - avoided * (0.010 + 0.00295)), rel=1e-3)
+    # the bound never exceeds the hook's own time again (HOOK_INDIRECT_MAX_SHARE), however slow the step
+    rec, own = advice(0.4, 0.001)  # 2 ms hooks, a step 4.95 ms over back-to-back: capped at 2 ms
+    assert rec.expected_speedup_range is not None and rec.saved_s is not None
+    saved_high = rec.saved_s * (1 + T.HOOK_INDIRECT_MAX_SHARE)
+    assert rec.expected_speedup_range[1] == pytest.approx(own / (own - saved_high), rel=1e-3)
+    # a step no slower than back-to-back: nothing beyond the hook's own time, a point
+    assert advice(2.0, 5.0)[0].expected_speedup_range is None
+
+
 def test_a_long_sanity_check_in_a_short_fit_is_advised_off() -> None:
     ledger = _ledger(sanity_check=1.5)
     ledger.sanity_batches = 2

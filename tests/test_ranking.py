@@ -477,3 +477,26 @@ def test_the_bigger_batch_advice_carries_an_estimate_and_a_range_without_outrank
     assert batch.expected_speedup_range == pytest.approx((batch.expected_speedup, 2.0), rel=0.02)
     assert "30% of the step grows with the batch" in batch.basis
     assert report.metrics["ranking"]["sizing"][0]["settings"] == {"batch_size": 64}
+
+
+def test_an_unmeasured_compile_on_per_op_overhead_gives_a_range_up_to_its_measured_best() -> None:
+    """Issue 19 (tiny_ops: compile not measured, predicted 1.00-2.77x, applied 3.88x): the estimate's high end is
+    OVERHEAD_RECOVERABLE_MAX of the overhead (compile removed 74-81% of that step here), its point the typical
+    RECOVERABLE["overhead"], and the low end no gain."""
+    ev = Evidence(
+        summaries=[_cpu_trace(data_wait=0.02, compute=0.03)],
+        timing=_timing(wait_ms=0.2),
+        config=_cpu_cfg(),
+        run_length=RunLength(total_steps=1000),
+    )
+    report = diagnose(ev)
+    assert report.primary == Category.OVERHEAD
+    rec = next(r for r in report.recommendations if r.settings.get("compile"))
+    overhead = report.breakdown["overhead"]
+    assert overhead == pytest.approx(0.95, abs=0.01)
+    assert rec.method == "estimated" and rec.expected_speedup_range is not None
+    low, high = rec.expected_speedup_range
+    assert low == 1.0
+    assert rec.expected_speedup == pytest.approx(1 / (1 - overhead * T.RECOVERABLE["overhead"]), rel=0.02)
+    assert high == pytest.approx(1 / (1 - overhead * T.OVERHEAD_RECOVERABLE_MAX), rel=0.02)
+    assert high >= 3.88  # the scoreboard's applied figure falls inside

@@ -418,17 +418,30 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
         k = growth_factor(hook.seconds, own_fit_s(ledger))
         if k > 1:
             new = cur * k
+            avoided = hook.calls * (1.0 - 1.0 / k)
+            basis = (
+                f"{name} ran {hook.calls} times, {_s(per_call)} each ({_s(hook.seconds)}); with {knob}={new} "
+                f"instead of {cur} it runs {k}x less often"
+            )
+            extra = {"knob": knob, "current": cur}
+            indirect = _hook_indirect_max_s(ledger, evidence, per_call)
+            if indirect > 0:
+                extra["saved_high_s"] = round((per_call + indirect) * avoided, 6)
+                extra["indirect_max_s_per_call"] = round(indirect, 6)
+                basis += (
+                    f"; the step after each call may also run up to {_s(indirect)} slower (this run's step over "
+                    "the same step timed back-to-back)"
+                )
             return [
                 FitLever(
                     FitPart.CALLBACKS,
                     {knob: new},
                     cls,
-                    hook.seconds * (1.0 - 1.0 / k),
+                    per_call * avoided,
                     COMPUTED,
-                    f"{name} ran {hook.calls} times, {_s(per_call)} each ({_s(hook.seconds)}); with {knob}={new} "
-                    f"instead of {cur} it runs {k}x less often",
+                    basis,
                     f"{cls} does its work {k}x less often",
-                    {**ev, "knob": knob, "current": cur},
+                    {**ev, **extra},
                 )
             ]
     return [
@@ -445,6 +458,22 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             ev,
         )
     ]
+
+
+def _hook_indirect_max_s(ledger: FitLedger, evidence: Evidence, per_call_s: float) -> float:
+    """How much slower, at most, the training step after a hook call may run because of it (seconds): the
+    run's own step (the ledger's training steps without the data wait) over the same step timed back-to-back
+    by the trials (their median baseline), capped at HOOK_INDIRECT_MAX_SHARE of the hook's own time; 0 when
+    no trial timed the step. An upper bound: Lightning's loop and the optimizer step are in the excess too."""
+    trials = evidence.trials
+    base = sorted(r.baseline_ms for r in (trials.results if trials is not None else []) if r.baseline_ms)
+    if not base or ledger.train_steps <= 0:
+        return 0.0
+    waits = sorted(evidence.timing.data_wait_ms) if evidence.timing is not None else []
+    wait_ms = waits[len(waits) // 2] if waits else 0.0
+    step_ms = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps - wait_ms
+    excess_s = max(0.0, step_ms - base[len(base) // 2]) / 1e3
+    return min(excess_s, T.HOOK_INDIRECT_MAX_SHARE * per_call_s)
 
 
 # ------------------------------------------------------------------------------------------- the rules

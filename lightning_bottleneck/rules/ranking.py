@@ -601,18 +601,18 @@ def _model_candidates(
         out.append(_bigger_batch(breakdown, account, cfg.batch_size))
     if overhead >= T.OVERHEAD_SHARE_MEDIUM and "compile" not in measured_keys:
         frac = T.RECOVERABLE["overhead"]
-        out.append(
-            _estimate(
-                Category.OVERHEAD,
-                "torch.compile",
-                "compile",
-                {},
-                overhead * frac * account.step_ms,
-                account,
-                f"{overhead:.0%} of the step is per-op overhead; compile removes about {frac:.0%} of it "
-                "(not measured on this model)",
-            )
+        estimate = _estimate(
+            Category.OVERHEAD,
+            "torch.compile",
+            "compile",
+            {},
+            overhead * frac * account.step_ms,
+            account,
+            f"{overhead:.0%} of the step is per-op overhead; compile removes about {frac:.0%} of it "
+            "(not measured on this model)",
         )
+        estimate.evidence["saved_high_ms_per_step"] = overhead * T.OVERHEAD_RECOVERABLE_MAX * account.step_ms
+        out.append(estimate)
     return out
 
 
@@ -655,6 +655,9 @@ def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
     out = []
     for lever in fit_levers(evidence):
         per_step = lever.saved_s * 1e3 / ledger.train_steps
+        more: dict[str, Any] = {}
+        if "saved_high_s" in lever.evidence:  # a range: the lever may save more than its computed part
+            more["saved_high_ms_per_step"] = float(lever.evidence["saved_high_s"]) * 1e3 / ledger.train_steps
         out.append(
             Candidate(
                 Category.REST_OF_FIT,
@@ -666,7 +669,7 @@ def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
                 lever.method,
                 account.speedup(per_step),
                 lever.basis,
-                evidence={"part": lever.part.value, "where": lever.where, "trade": lever.trade},
+                evidence={"part": lever.part.value, "where": lever.where, "trade": lever.trade, **more},
             )
         )
     return out

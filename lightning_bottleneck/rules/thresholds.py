@@ -81,6 +81,11 @@ RECOVERABLE = {
     # see COMPUTE_RECOVERABLE_NO_AMP below.
     "compute": 0.5,
 }
+# The high end of that estimate for torch.compile on per-op overhead (the low end is no gain: it is not measured):
+# measured here, compile removed 74-81% of an overhead-bound step (the scoreboard's tiny_ops, 95% overhead:
+# forward+backward 31.5 -> 6.0 ms with a warm Inductor cache, 39 -> 10 ms cold; the whole fit step 3.4-3.9x, torch
+# 2.13 on a 2-core CPU), above the 70% typical figure; 0.85 keeps that inside the range with a margin.
+OVERHEAD_RECOVERABLE_MAX = 0.85
 # When mixed precision is already on (or cannot help: a CPU without native bf16, or kernels already on
 # tensor cores), what is left for compute is torch.compile's fusion: the PyTorch 2 paper (Ansel et al.,
 # ASPLOS 2024) reports a geometric-mean training speed-up of about 1.3x on A100, i.e. ~25% less time.
@@ -179,6 +184,13 @@ VAL_LOADER_WAIT_SHARE_MIN = 0.5
 # (or made cheaper) gives back this fraction of its time: the same 0.9 as an interval stretched 10x
 # (FIT_INTERVAL_GROWTH_MAX), the largest change the other fit advice makes in one step.
 CALLBACK_RECOVERABLE = 0.9
+# A heavy callback hook also slows the training step after it (its working set evicts the model's from the caches;
+# freed pages fault back in), which no timing of the hook sees: calling it less often saves that too. The ledger
+# cannot tell it apart, so a callback lever's saving is a range: from the hook's own time up to this multiple of
+# it on top, and never more than the run's step took over the same step timed back-to-back (the trials'
+# baseline). Measured (issue 19): heavy_callback's 2.85 ms hook, called every step, cost 4.5-5.4 ms a call in
+# bare fits; a 2.0 ms numpy sort between 0.86 ms steps made them 1.6-2.3 ms (benchmarks/advice_payoff.py).
+HOOK_INDIRECT_MAX_SHARE = 1.0
 # self.log(..., sync_dist=True) all-reduces each value at every call (Lightning #17988: seconds per call); without
 # it a call only stores the value: the all-reduce is most of the call's time (0.9: the same share as a callback
 # called 10x less often, CALLBACK_RECOVERABLE).
