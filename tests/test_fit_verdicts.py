@@ -177,7 +177,9 @@ def test_a_heavy_hook_that_slows_the_next_step_gives_a_range_bounded_by_the_back
         ev = _evidence(ledger, knobs)
         if baseline_ms is not None:
             ev.trials = TrialReport(
-                results=[TrialResult("compile", {"compile": True}, 0.8, 0.05, 15, baseline_ms, baseline_ms / 0.8)]
+                results=[
+                    TrialResult("compile", {"compile": True}, 0.8, 0.05, 15, baseline_ms, baseline_ms / 0.8)
+                ]
             )
         own = ledger.fit_s - ledger.parts[FitPart.DIAGNOSIS]
         return diagnose(ev).recommendations[0], own
