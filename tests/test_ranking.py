@@ -290,6 +290,18 @@ def test_ddp_exposed_communication_ranks_gradient_accumulation_with_its_estimate
     assert first.expected_speedup == pytest.approx(100.0 / (100.0 - 18.5), rel=0.02)
     assert "effective batch" in first.basis
     assert not any(r.settings.get("precision") for r in report.recommendations)
+    # the optimizer step runs once per accumulation too: its phase of the step is saved in the same proportion
+    ev.summaries[0].phases = {"optimizer_step": 0.1}
+    acc = diagnose(ev).recommendations[0]
+    assert acc.settings == {"accumulate_grad_batches": 2}
+    assert acc.saved_ms_per_step == pytest.approx((37.0 + 10.0) / 2, rel=0.02)
+    assert "optimizer step" in acc.basis
+    ev.summaries[0].phases = {}
+    # its high end: under no_sync the reducer's host work (per-op overhead, 3% here) goes in the same proportion
+    overhead = report.breakdown["overhead"]
+    assert first.expected_speedup_range == pytest.approx(
+        (1.0, 100.0 / (100.0 - (37.0 + overhead * 100) / 2)), rel=0.002
+    )
     # the other communication levers are ranked behind it, each with its own estimate
     comm = [r for r in report.recommendations if r.kind == "communication" and r.saved_ms_per_step]
     assert [r.saved_ms_per_step for r in comm] == sorted(
