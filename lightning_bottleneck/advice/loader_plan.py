@@ -7,7 +7,8 @@ margin, adds ``persistent_workers`` when worker start-up is costly against the e
 setting covers consumption (CPU-bound loading on too few cores), says so with the measured ceiling and makes
 "make samples cheaper" the first advice. It never advises a setting the probe measured (or, for workers that
 overlap loading with the step, predicts) no faster than the current one, and gives no loader advice when the
-data wait is below its medium threshold and start-up costs little. Every recommendation carries the ladder, the predicted step time and ``expected_speedup``.
+data wait is below its medium threshold and start-up costs little. Every recommendation carries the ladder, the
+predicted step time and ``expected_speedup``.
 
 Example::
 

@@ -495,8 +495,8 @@ def _communication_candidates(
         # the optimizer step (and its zero_grad) runs once per accumulation too: its phase of the step, measured
         # on the host thread apart from backward (where DDP waits for the all-reduce), is saved in the same
         # proportion (issue 19: ddp_comm's 16M-parameter step applied 1.97x against a 1.58x high end without it)
-        opt_ms = max((s.phases.get("optimizer_step", 0.0) for s in evidence.summaries[:1]), default=0.0)
-        opt_ms *= account.step_ms
+        phases = evidence.summaries[0].phases if evidence.summaries else {}
+        opt_ms = phases.get("optimizer_step", 0.0) * account.step_ms
         opt_text = f" and {opt_ms:.1f} ms/step of optimizer step" if opt_ms >= 0.05 else ""
         accumulate = _estimate(
             Category.COMMUNICATION,
