@@ -104,11 +104,8 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             r.measured_speedup = max(measured)
         if r.expected_speedup is None or len(cands) > 1 or ranking.account.fit_ms_per_step is not None:
             r.expected_speedup = ranking.account.speedup(r.saved_ms_per_step)
-        more = sum(
-            max(0.0, c.evidence["saved_high_ms_per_step"] - c.saved_ms_per_step)
-            for c in cands
-            if "saved_high_ms_per_step" in c.evidence
-        )
+        bounded = [c for c in cands if "saved_high_ms_per_step" in c.evidence]
+        more = sum(max(0.0, c.evidence["saved_high_ms_per_step"] - c.saved_ms_per_step) for c in bounded)
         top = ranking.account.speedup(r.saved_ms_per_step + more) if more > 0 else None
         if r.method == "estimated" and r.expected_speedup and r.expected_speedup_range is None:
             # not measured on this run: a share of the step times a published speed-up (or "all of the data
@@ -117,11 +114,10 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             r.expected_speedup_range = (min(1.0, r.expected_speedup), max(r.expected_speedup, top or 0.0))
             r.uncertainty = "estimated from the trace, not measured on this run"
         elif r.expected_speedup and top and top > r.expected_speedup:
-            # a part the computed saving leaves out (a heavy hook's slowdown of the step after it): up to the bound
+            # a part the computed saving leaves out, bounded (its candidate says why: `range_why`)
             r.expected_speedup_range = (r.expected_speedup, top)
-            r.uncertainty = (
-                "the step after each call of the hook may run slower because of it (its caches, its memory); how "
-                "much was bounded by this run's step against the same step timed back-to-back, not measured"
+            r.uncertainty = "; ".join(
+                str(c.evidence.get("range_why", "")) for c in bounded if c.evidence.get("range_why")
             )
     for i, r in enumerate(out):
         if i in backed:

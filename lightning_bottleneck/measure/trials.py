@@ -69,8 +69,9 @@ MAX_REPETITIONS = 15
 MIN_SAMPLE_S = 0.005
 #: Compile-time estimate for the budget check: seconds per aten op traced in one forward+backward, plus a
 #: fixed start-up. Measured here (2 cores, torch 2.13 Inductor, an empty Inductor cache: a user's first
-#: compile): the scoreboard's tiny_ops step (~3400 ops) compiled in 92 s (0.025 s/op; 21 s with a warm
-#: cache); an earlier, busier measurement gave 0.07 s/op (158 s for 2145 ops). 0.03 errs on skipping.
+#: compile): the scoreboard's tiny_ops step (3412 ops) compiled in 54-92 s (0.014-0.025 s/op; 21 s with a
+#: warm cache), ``python benchmarks/prediction_bounds.py --compile``; an earlier, busier measurement gave
+#: 0.07 s/op (158 s for 2145 ops). 0.03 errs on skipping.
 COMPILE_S_PER_OP = 0.03
 COMPILE_S_FIXED = 5.0
 

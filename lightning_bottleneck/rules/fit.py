@@ -428,6 +428,10 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             if indirect > 0:
                 extra["saved_high_s"] = round((per_call + indirect) * avoided, 6)
                 extra["indirect_max_s_per_call"] = round(indirect, 6)
+                extra["range_why"] = (
+                    "the step after each call of the hook may run slower because of it (its caches, its memory); "
+                    "how much was bounded by this run's step against the same step timed back-to-back, not measured"
+                )
                 basis += (
                     f"; the step after each call may also run up to {_s(indirect)} slower (this run's step over "
                     "the same step timed back-to-back)"

@@ -668,6 +668,7 @@ def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
         more: dict[str, Any] = {}
         if "saved_high_s" in lever.evidence:  # a range: the lever may save more than its computed part
             more["saved_high_ms_per_step"] = float(lever.evidence["saved_high_s"]) * 1e3 / ledger.train_steps
+            more["range_why"] = lever.evidence.get("range_why", "")
         out.append(
             Candidate(
                 Category.REST_OF_FIT,

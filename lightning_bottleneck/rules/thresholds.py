@@ -83,8 +83,9 @@ RECOVERABLE = {
 }
 # The high end of that estimate for torch.compile on per-op overhead (the low end is no gain: it is not measured):
 # measured here, compile removed 74-81% of an overhead-bound step (the scoreboard's tiny_ops, 95% overhead:
-# forward+backward 31.5 -> 6.0 ms with a warm Inductor cache, 39 -> 10 ms cold; the whole fit step 3.4-3.9x, torch
-# 2.13 on a 2-core CPU), above the 70% typical figure; 0.85 keeps that inside the range with a margin.
+# forward+backward 74-81% shorter in three runs, `python benchmarks/prediction_bounds.py --compile`; the whole fit
+# step 3.3-3.9x on the scoreboard, torch 2.13 on a 2-core CPU), above the 70% typical figure; 0.85 keeps that
+# inside the range with a margin.
 OVERHEAD_RECOVERABLE_MAX = 0.85
 # When mixed precision is already on (or cannot help: a CPU without native bf16, or kernels already on
 # tensor cores), what is left for compute is torch.compile's fusion: the PyTorch 2 paper (Ansel et al.,
@@ -189,7 +190,9 @@ CALLBACK_RECOVERABLE = 0.9
 # cannot tell it apart, so a callback lever's saving is a range: from the hook's own time up to this multiple of
 # it on top, and never more than the run's step took over the same step timed back-to-back (the trials'
 # baseline). Measured (issue 19): heavy_callback's 2.85 ms hook, called every step, cost 4.5-5.4 ms a call in
-# bare fits; a 2.0 ms numpy sort between 0.86 ms steps made them 1.6-2.3 ms (benchmarks/advice_payoff.py).
+# bare fits (0.6-0.9x its time on top); `python benchmarks/prediction_bounds.py` (its model and hook alone) gave
+# +0.8-1.4 ms after a 2.0 ms hook in one run and +0.04-0.15 ms in two later ones the same day: the after-effect
+# depends on the machine's state, so the bound is read from the run itself and only capped here.
 HOOK_INDIRECT_MAX_SHARE = 1.0
 # self.log(..., sync_dist=True) all-reduces each value at every call (Lightning #17988: seconds per call); without
 # it a call only stores the value: the all-reduce is most of the call's time (0.9: the same share as a callback

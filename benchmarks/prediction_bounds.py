@@ -1,0 +1,146 @@
+"""The two measurements behind issue 19's range bounds, side by side in one run.
+
+    python benchmarks/prediction_bounds.py                 # the hook after-effect (seconds)
+    python benchmarks/prediction_bounds.py --compile       # also torch.compile of the tiny_ops step, cold and warm
+
+* ``HOOK_INDIRECT_MAX_SHARE``: the heavy_callback workload's model stepped back-to-back, then with the
+  workload's callback work (two sorts of 100k floats) after every step and after every 10th; prints the step's
+  median, the wall time per iteration and how much slower the step runs after the hook (against its own time).
+* ``OVERHEAD_RECOVERABLE_MAX`` / ``COMPILE_S_PER_OP``: the tiny_ops step (forward+backward) eager and compiled,
+  with an empty Inductor cache in a child process (a user's first compile) and then a warm one; prints the
+  compile seconds, the share of the step compile removed and seconds per traced aten op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from payoff_workloads import TinyOps, cpu_work
+
+
+def _mlp_step() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    net = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 1))
+    return net, torch.optim.Adam(net.parameters()), torch.randn(16, 32), torch.randn(16, 1)
+
+
+def hook_after_effect(steps: int = 300) -> None:
+    torch.set_num_threads(1)  # as the whole-fit workloads run
+    net, opt, x, y = _mlp_step()
+
+    def run(every: int) -> tuple[float, float]:
+        times = []
+        t0 = time.perf_counter()
+        for i in range(steps):
+            t = time.perf_counter()
+            loss = nn.functional.mse_loss(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t)
+            if every and i % every == 0:
+                cpu_work(2)
+        return statistics.median(times) * 1e3, (time.perf_counter() - t0) / steps * 1e3
+
+    t = time.perf_counter()
+    for _ in range(100):
+        cpu_work(2)
+    hook_ms = (time.perf_counter() - t) / 100 * 1e3
+    print(f"hook (2 sorts of 100k floats): {hook_ms:.2f} ms")
+    for r in range(3):
+        alone, alone_it = run(0)
+        every, every_it = run(1)
+        tenth, tenth_it = run(10)
+        after = every - alone
+        print(
+            f"round {r + 1}: step back-to-back {alone:.2f} ms, after the hook every step {every:.2f} ms "
+            f"(+{after:.2f} ms = {after / hook_ms:.2f}x the hook's time), every 10th {tenth:.2f} ms; "
+            f"per iteration {alone_it:.2f} / {every_it:.2f} / {tenth_it:.2f} ms"
+        )
+
+
+def _compile_child(out: str) -> None:
+    torch.set_num_threads(2)
+    model = TinyOps(16, 200)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+
+    def step(b: tuple[torch.Tensor, torch.Tensor]) -> None:
+        model.training_step(b, 0).backward()
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        step((x, y))
+    step((x, y))
+    t = time.perf_counter()
+    for _ in range(20):
+        step((x, y))
+    eager = (time.perf_counter() - t) / 20
+    compiled = torch.compile(step)
+    t = time.perf_counter()
+    compiled((x, y))
+    compile_s = time.perf_counter() - t
+    t = time.perf_counter()
+    for _ in range(20):
+        compiled((x, y))
+    fast = (time.perf_counter() - t) / 20
+    Path(out).write_text(
+        json.dumps({"ops": Count.n, "compile_s": compile_s, "eager": eager, "compiled": fast})
+    )
+
+
+def compile_time() -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        for label, env in (
+            ("cold", {"TORCHINDUCTOR_CACHE_DIR": cache, "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+                      "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}),
+            ("warm", {"TORCHINDUCTOR_CACHE_DIR": cache}),
+        ):  # fmt: skip
+            out = Path(cache) / f"{label}.json"
+            subprocess.run(
+                [sys.executable, __file__, "--compile-child", str(out)], env={**os.environ, **env}, check=True
+            )
+            d = json.loads(out.read_text())
+            print(
+                f"compile ({label} cache): {d['compile_s']:.1f} s for {d['ops']} aten ops "
+                f"({(d['compile_s'] - 5.0) / d['ops']:.3f} s/op above a 5 s start-up); step {d['eager'] * 1e3:.1f} -> "
+                f"{d['compiled'] * 1e3:.1f} ms ({1 - d['compiled'] / d['eager']:.0%} removed)"
+            )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile of the tiny_ops step")
+    p.add_argument("--compile-child", default="", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.compile_child:
+        _compile_child(a.compile_child)
+        return
+    np.random.seed(0)
+    hook_after_effect()
+    if a.compile:
+        compile_time()
+
+
+if __name__ == "__main__":
+    main()
