@@ -2,6 +2,7 @@
 
     python benchmarks/prediction_bounds.py                 # the hook after-effect (seconds)
     python benchmarks/prediction_bounds.py --compile       # also torch.compile of the tiny_ops step, cold and warm
+    python benchmarks/prediction_bounds.py --saves         # also each checkpoint save of checkpoint_heavy
 
 * ``HOOK_INDIRECT_MAX_SHARE``: the heavy_callback workload's model stepped back-to-back, then with the
   workload's callback work (two sorts of 100k floats) after every step and after every 10th; prints the step's
@@ -9,6 +10,9 @@
 * ``OVERHEAD_RECOVERABLE_MAX`` / ``COMPILE_S_PER_OP``: the tiny_ops step (forward+backward) eager and compiled,
   with an empty Inductor cache in a child process (a user's first compile) and then a warm one; prints the
   compile seconds, the share of the step compile removed and seconds per traced aten op.
+* ``SAVE_SPREAD_RANGE_MIN``: the checkpoint_heavy workload's fit (128 MB checkpoints, a save every 5 steps), each in
+  a fresh process as users run it: bare twice, then with the callback, and bare with a save every 40 steps (the
+  advice); prints every save's wall seconds in order (the first of a process is often the slowest).
 """
 
 from __future__ import annotations
@@ -128,18 +132,69 @@ def compile_time() -> None:
             )
 
 
+def _saves_child(mode: str, settings: str, out: str) -> None:
+    import payoff_workloads as pw
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    each: list[float] = []
+    save = ModelCheckpoint._save_checkpoint
+
+    def timed(self: ModelCheckpoint, trainer: object, filepath: str) -> None:
+        t = time.perf_counter()
+        save(self, trainer, filepath)  # type: ignore[arg-type]
+        each.append(time.perf_counter() - t)
+
+    ModelCheckpoint._save_checkpoint = timed  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as d:
+        pw.run("checkpoint_heavy", mode, json.loads(settings), Path(d))
+        fit_s = json.loads((Path(d) / "result.json").read_text())["fit_s"]
+    Path(out).write_text(json.dumps({"saves": each, "fit_s": fit_s}))
+
+
+def save_spread() -> None:
+    runs = (
+        ("bare", "measure", "{}"),
+        ("bare", "measure", "{}"),
+        ("callback", "callback", "{}"),
+        ("bare, every 40", "measure", '{"ModelCheckpoint.every_n_train_steps": 40}'),
+    )
+    with tempfile.TemporaryDirectory() as d:
+        for i, (label, mode, settings) in enumerate(runs):
+            out = Path(d) / f"{i}.json"
+            subprocess.run(
+                [sys.executable, __file__, "--saves-child", mode, settings, str(out)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            r = json.loads(out.read_text())
+            saves = r["saves"]
+            print(
+                f"checkpoint_heavy {label}: fit {r['fit_s']:.2f} s, {len(saves)} saves "
+                f"{min(saves):.3f}-{max(saves):.3f} s (max/min {max(saves) / min(saves):.2f}): "
+                + " ".join(f"{s:.3f}" for s in saves)
+            )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the tiny_ops step")
+    p.add_argument("--saves", action="store_true", help="also time each checkpoint save of checkpoint_heavy")
     p.add_argument("--compile-child", default="", help=argparse.SUPPRESS)
+    p.add_argument("--saves-child", nargs=3, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.compile_child:
         _compile_child(a.compile_child)
+        return
+    if a.saves_child:
+        _saves_child(*a.saves_child)
         return
     np.random.seed(0)
     hook_after_effect()
     if a.compile:
         compile_time()
+    if a.saves:
+        save_spread()
 
 
 if __name__ == "__main__":

@@ -123,6 +123,27 @@ def test_checkpoint_every_five_steps_is_advised_every_fifty_on_model_checkpoint(
     assert any(r.settings == {"plugins": "AsyncCheckpointIO"} for r in report.recommendations)
 
 
+def test_checkpoint_saves_that_vary_give_a_range_from_the_slowest_to_the_fastest_save_left() -> None:
+    """Issue 19 (checkpoint_heavy: predicted 5.75-6.07x, applied 4.94-7.07x): single saves of the same checkpoint
+    took 0.19-0.54 s, the process's first the slowest, and the saves a fewer-saves lever keeps may be any of them.
+    The point stays at the mean save; the range puts the saves left at the slowest and at the fastest save seen."""
+    ledger = _ledger(checkpointing=8.0)
+    ledger.checkpoint_saves = 40  # 0.2 s each on average, every 5 steps -> every 50: 4 saves left
+    plain = diagnose(_evidence(ledger)).recommendations[0]
+    assert plain.expected_speedup_range is None  # no spread recorded (an older report): the point alone
+    ledger.save_min_s, ledger.save_max_s = 0.19, 0.22  # within SAVE_SPREAD_RANGE_MIN: still a point
+    assert diagnose(_evidence(ledger)).recommendations[0].expected_speedup_range is None
+    ledger.save_min_s, ledger.save_max_s = 0.1, 0.5
+    rec = diagnose(_evidence(ledger)).recommendations[0]
+    assert rec.settings == {"every_n_train_steps": 50}
+    assert rec.expected_speedup == pytest.approx(plain.expected_speedup, rel=1e-3)
+    assert rec.expected_speedup_range is not None and "single saves took" in (rec.uncertainty or "")
+    low, high = rec.expected_speedup_range
+    assert low == pytest.approx(_whole_fit_speedup(ledger, 8.0 - 4 * 0.5), rel=1e-3)
+    assert high == pytest.approx(_whole_fit_speedup(ledger, 8.0 - 4 * 0.1), rel=1e-3)
+    assert low < rec.expected_speedup < high
+
+
 def test_logging_every_step_is_advised_lightnings_default_interval() -> None:
     ledger = _ledger(logging=2.0)
     ledger.log_calls = STEPS

@@ -215,15 +215,17 @@ class TimedCheckpoint(pl.callbacks.ModelCheckpoint):
     """ModelCheckpoint measuring its own saves (an independent clock for the ledger's checkpointing)."""
 
     seconds = 0.0
+    each: list[float] = []
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         t = time.perf_counter()
         super()._save_checkpoint(trainer, filepath)
-        TimedCheckpoint.seconds += time.perf_counter() - t
+        TimedCheckpoint.each.append(time.perf_counter() - t)
+        TimedCheckpoint.seconds += TimedCheckpoint.each[-1]
 
 
 def test_heavy_checkpoint_saves_are_checkpointing_with_seconds_per_save(tmp_path: Path) -> None:
-    TimedCheckpoint.seconds = 0.0
+    TimedCheckpoint.seconds, TimedCheckpoint.each = 0.0, []
     ckpt = TimedCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=5, save_top_k=-1)
     _, _, ledger = _fit(
         tmp_path,
@@ -237,6 +239,12 @@ def test_heavy_checkpoint_saves_are_checkpointing_with_seconds_per_save(tmp_path
     assert seconds >= TimedCheckpoint.seconds * 0.97
     assert seconds <= TimedCheckpoint.seconds + 0.05 * ledger.fit_s + 0.05
     assert ledger.per_save_s() == pytest.approx(seconds / 4)
+    # each save's wall time bounds the spread: the fastest and slowest save, as the checkpoint timed them
+    assert min(TimedCheckpoint.each) * 0.97 <= ledger.save_min_s <= min(TimedCheckpoint.each) + 0.01
+    assert max(TimedCheckpoint.each) * 0.97 <= ledger.save_max_s <= max(TimedCheckpoint.each) + 0.01
+    assert ledger.save_min_s <= ledger.per_save_s() <= ledger.save_max_s
+    again = FitLedger.from_dict(ledger.to_dict())
+    assert (again.save_min_s, again.save_max_s) == (ledger.save_min_s, ledger.save_max_s)
     assert not any(name.startswith("TimedCheckpoint") for name in ledger.hooks)  # not "another callback"
 
 

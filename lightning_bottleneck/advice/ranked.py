@@ -104,18 +104,33 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             r.measured_speedup = max(measured)
         if r.expected_speedup is None or len(cands) > 1 or ranking.account.fit_ms_per_step is not None:
             r.expected_speedup = ranking.account.speedup(r.saved_ms_per_step)
-        bounded = [c for c in cands if "saved_high_ms_per_step" in c.evidence]
-        more = sum(max(0.0, c.evidence["saved_high_ms_per_step"] - c.saved_ms_per_step) for c in bounded)
+        bounded = [
+            c
+            for c in cands
+            if "saved_high_ms_per_step" in c.evidence or "saved_low_ms_per_step" in c.evidence
+        ]
+        more = sum(
+            max(0.0, c.evidence.get("saved_high_ms_per_step", 0.0) - c.saved_ms_per_step) for c in bounded
+        )
+        less = sum(
+            max(0.0, c.saved_ms_per_step - c.evidence.get("saved_low_ms_per_step", c.saved_ms_per_step))
+            for c in bounded
+        )
         top = ranking.account.speedup(r.saved_ms_per_step + more) if more > 0 else None
+        bottom = ranking.account.speedup(r.saved_ms_per_step - less) if less > 0 else None
         if r.method == "estimated" and r.expected_speedup and r.expected_speedup_range is None:
             # not measured on this run: a share of the step times a published speed-up (or "all of the data
             # wait if samples cost nothing") is an upper bound, no 20% prediction; a candidate may name a higher
             # bound than its typical figure (compile on per-op overhead: OVERHEAD_RECOVERABLE_MAX)
             r.expected_speedup_range = (min(1.0, r.expected_speedup), max(r.expected_speedup, top or 0.0))
             r.uncertainty = "estimated from the trace, not measured on this run"
-        elif r.expected_speedup and top and top > r.expected_speedup:
-            # a part the computed saving leaves out, bounded (its candidate says why: `range_why`)
-            r.expected_speedup_range = (r.expected_speedup, top)
+        elif r.expected_speedup and ((top and top > r.expected_speedup) or bottom):
+            # a part the computed saving leaves out, or one it may overstate, bounded (its candidate says why:
+            # `range_why`)
+            r.expected_speedup_range = (
+                min(r.expected_speedup, bottom or r.expected_speedup),
+                max(r.expected_speedup, top or r.expected_speedup),
+            )
             r.uncertainty = "; ".join(
                 str(c.evidence.get("range_why", "")) for c in bounded if c.evidence.get("range_why")
             )

@@ -65,6 +65,10 @@ class FitLedger:
     validation_compute_s: float = 0.0  # ... and the rest of validation
     sanity_batches: int = 0
     checkpoint_saves: int = 0
+    # the fastest and the slowest single save (wall seconds; 0: not recorded): saves of the same checkpoint vary
+    # (page cache, fresh buffer pages), which bounds a fewer-saves lever
+    save_min_s: float = 0.0
+    save_max_s: float = 0.0
     log_calls: int = 0  # logger.log_metrics calls (the LOGGING part is all logging work)
     self_log_calls: int = 0  # LightningModule.log / log_dict calls (inside the steps, on_step and on_epoch)
     self_log_s: float = 0.0  # split of LOGGING: seconds inside self.log / self.log_dict (incl. sync_dist)
@@ -115,6 +119,8 @@ class FitLedger:
             "validation_compute_s": self.validation_compute_s,
             "sanity_batches": self.sanity_batches,
             "checkpoint_saves": self.checkpoint_saves,
+            "save_min_s": self.save_min_s,
+            "save_max_s": self.save_max_s,
             "log_calls": self.log_calls,
             "self_log_calls": self.self_log_calls,
             "self_log_s": self.self_log_s,
@@ -140,6 +146,8 @@ class FitLedger:
             validation_compute_s=float(d.get("validation_compute_s", 0.0)),
             sanity_batches=int(d.get("sanity_batches", 0)),
             checkpoint_saves=int(d.get("checkpoint_saves", 0)),
+            save_min_s=float(d.get("save_min_s", 0.0)),
+            save_max_s=float(d.get("save_max_s", 0.0)),
             log_calls=int(d.get("log_calls", 0)),
             profiled_extra_s=float(d.get("profiled_extra_s", 0.0)),
             self_log_calls=int(d.get("self_log_calls", 0)),
@@ -180,6 +188,8 @@ def merge_ranks(ledgers: list[FitLedger]) -> FitLedger:
         validation_compute_s=max(x.validation_compute_s for x in ledgers),
         sanity_batches=max(x.sanity_batches for x in ledgers),
         checkpoint_saves=max(x.checkpoint_saves for x in ledgers),
+        save_min_s=min((x.save_min_s for x in ledgers if x.save_min_s > 0), default=0.0),
+        save_max_s=max(x.save_max_s for x in ledgers),
         log_calls=max(x.log_calls for x in ledgers),
         self_log_calls=max(x.self_log_calls for x in ledgers),
         self_log_s=max(x.self_log_s for x in ledgers),

@@ -166,6 +166,28 @@ class _Timed:
             c.cur = c.stack.pop()
 
 
+class _Save:
+    """A checkpoint save: timed in its own slot like :class:`_Timed`, and each save's wall seconds widen the
+    ledger's per-save spread (min, max: two floats, updated once a save)."""
+
+    __slots__ = ("ledger", "t")
+
+    def __init__(self, ledger: LiveLedger) -> None:
+        self.ledger = ledger
+        self.t = 0.0
+
+    def __enter__(self) -> None:
+        self.ledger.clock.enter(self.ledger.s_save)
+        self.t = perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        seconds = perf_counter() - self.t
+        led = self.ledger
+        led.clock.exit()
+        led.save_min_s = seconds if led.save_min_s is None else min(led.save_min_s, seconds)
+        led.save_max_s = max(led.save_max_s, seconds)
+
+
 class _Count:
     """An action only counted when it completes (its time stays with the slot around it)."""
 
@@ -412,6 +434,8 @@ class LiveLedger:
         self.validation_runs = 0
         self.validation_wall_s = 0.0
         self.validation_run_walls: list[float] = []  # each validation run's wall seconds (8 bytes a run)
+        self.save_min_s: float | None = None  # the fastest and slowest checkpoint save (wall seconds)
+        self.save_max_s = 0.0
         self._hook_slots: dict[str, int] = {}
         self._by_key: dict[str, Callback] = {}
         self._patched: list[tuple[Any, str]] = []
@@ -564,7 +588,7 @@ class LiveLedger:
         if name == "run_training_epoch":
             return _Epoch(self)
         if name == "save_checkpoint":
-            return _Timed(self.clock, self.s_save)
+            return _Save(self)
         if name.endswith("].train_dataloader_next"):
             return _TrainFetch(self)
         if name.endswith("].val_next"):
@@ -660,6 +684,8 @@ class LiveLedger:
             validation_compute_s=max(0.0, parts[FitPart.VALIDATION] - val_wait),
             sanity_batches=c.calls[self.s_sanity_steps],
             checkpoint_saves=c.calls[self.s_save],
+            save_min_s=self.save_min_s or 0.0,
+            save_max_s=self.save_max_s,
             log_calls=c.calls[self.s_log_metrics],
             self_log_calls=c.calls[self.s_self_log],
             self_log_s=c.acc[self.s_self_log],

@@ -313,6 +313,20 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
         step_s = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) / steps
         minutes = max(1, round(new * step_s / 60))
         if avoided > 0:
+            spread: dict[str, Any] = {}
+            lo, hi = ledger.save_min_s, ledger.save_max_s
+            if lo > 0 and hi >= lo * T.SAVE_SPREAD_RANGE_MIN:
+                # the saves left may be of the slow kind or the fast: bound both ways (SAVE_SPREAD_RANGE_MIN)
+                spread = {
+                    "saved_low_s": round(max(0.0, ckpt - new_saves * hi), 6),
+                    "saved_high_s": round(max(avoided * per, ckpt - new_saves * lo), 6),
+                    "save_min_s": round(lo, 6),
+                    "save_max_s": round(hi, 6),
+                    "range_why": (
+                        f"single saves took {_s(lo)}-{_s(hi)} on this run: the {new_saves} save(s) left may cost "
+                        "anything in that spread"
+                    ),
+                }
             out.append(
                 FitLever(
                     FitPart.CHECKPOINTING,
@@ -328,6 +342,7 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                         "saves_after": new_saves,
                         "per_save_s": round(per, 6),
                         "train_time_interval_minutes": minutes,
+                        **spread,
                     },
                 )
             )

@@ -666,9 +666,12 @@ def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
     for lever in fit_levers(evidence):
         per_step = lever.saved_s * 1e3 / ledger.train_steps
         more: dict[str, Any] = {}
-        if "saved_high_s" in lever.evidence:  # a range: the lever may save more than its computed part
-            more["saved_high_ms_per_step"] = float(lever.evidence["saved_high_s"]) * 1e3 / ledger.train_steps
-            more["range_why"] = lever.evidence.get("range_why", "")
+        for bound in ("low", "high"):  # a range: the lever may save less or more than its computed part
+            if f"saved_{bound}_s" in lever.evidence:
+                more[f"saved_{bound}_ms_per_step"] = (
+                    float(lever.evidence[f"saved_{bound}_s"]) * 1e3 / ledger.train_steps
+                )
+                more["range_why"] = lever.evidence.get("range_why", "")
         out.append(
             Candidate(
                 Category.REST_OF_FIT,
