@@ -170,6 +170,22 @@ def test_a_fit_with_the_probe_trains_exactly_like_one_without(tmp_path: Path) ->
     assert draw == ref_draw
 
 
+def test_a_worker_count_that_beat_both_timings_of_the_current_is_timed_again() -> None:
+    """Issue 19: one short timing with the step is noisy, so the count that trained faster than both timings of
+    the current one is timed a second time. A no-op step beside FFT loading on 2 cores: workers load faster."""
+    loader = DataLoader(Heavy(), batch_size=8)
+    ladder = probe_loader(loader, budget_s=4.0, usable_cpus=2, train_step=lambda batch: None)
+    assert ladder.bound == BOUND_CPU, ladder
+    counts = [r.num_workers for r in ladder.in_training]
+    assert counts[:4] == [0, 2, 4, 0], ladder
+    now_hi = max(r.samples_per_s for r in ladder.in_training[:4] if r.num_workers == 0)
+    best = max(ladder.in_training[1:3], key=lambda r: r.samples_per_s)
+    assert best.samples_per_s > now_hi, ladder  # workers beside a step that costs nothing
+    assert counts[4:] == [best.num_workers], ladder
+    again = ladder.in_training_rung(best.num_workers)
+    assert again is not None and again.batches == best.batches + ladder.in_training[4].batches
+
+
 def test_io_bound_loading_gets_more_workers_than_cores() -> None:
     loader = DataLoader(Sleepy(512, delay_s=0.003), batch_size=8)
     consumption = 800.0  # samples/s the model could take; num_workers=0 delivers ~300

@@ -269,17 +269,29 @@ def plan_loader(
     uncertainty = ""
     if speedup is not None and chosen is not None and trained_now is not None:
         lo, hi = _current_spread(ladder, trained_now)
-        if hi > lo * IN_TRAINING_NOISE_MAX and lo > 0:
-            # the current setting's two timings moved more than a 20% prediction allows: the speed-up is given
-            # as the range between the chosen rate against each of them
+        new_lo, new_hi = _current_spread(ladder, chosen)
+        if (
+            lo > 0
+            and new_lo > 0
+            and (hi > lo * IN_TRAINING_NOISE_MAX or new_hi > new_lo * IN_TRAINING_NOISE_MAX)
+        ):
+            # a setting's two timings moved more than a 20% prediction allows: the speed-up is given as the
+            # range between the chosen's slower timing against the current's faster, and the other way round
             ends = [
-                epoch_now / _epoch_s(steps_per_epoch, step_s * rate / chosen.samples_per_s, stall_new)
-                for rate in (hi, lo)
+                epoch_now / _epoch_s(steps_per_epoch, step_s * rate / new, stall_new)
+                for rate, new in ((hi, new_lo), (lo, new_hi))
             ]
             spread = (round(min(ends[0], speedup), 3), round(max(ends[1], speedup), 3))
+            moved = [
+                f"num_workers={w} {b / a - 1:.0%}"
+                for w, a, b in ((w_now, lo, hi), (chosen.num_workers, new_lo, new_hi))
+                if b > a * IN_TRAINING_NOISE_MAX
+            ]
             uncertainty = (
-                f"the two timings of the current num_workers={w_now} with the step differed by "
-                f"{hi / lo - 1:.0%} (the machine's speed moved while it was measured)"
+                "the two timings with the step of "
+                + " and ".join(moved)
+                + " apart (the machine's speed moved "
+                "while it was measured)"
             )
     elif (
         speedup is not None
@@ -506,17 +518,24 @@ def _pick_in_training(ladder: LoaderLadder, now: Rung, notes: list[str]) -> Rung
         else ""
     )
     lo, hi = _current_spread(ladder, now)
-    if gain >= MEASURED_GAIN_MIN and best.samples_per_s >= hi:
+    best_lo, _ = _current_spread(ladder, best)
+    if gain >= MEASURED_GAIN_MIN and best_lo >= hi:
         notes.append(
             f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
             f"num_workers={now.num_workers}."
         )
         return best
-    if gain >= MEASURED_GAIN_MIN:  # faster than the mean, but not than both timings of the current setting
+    if gain >= MEASURED_GAIN_MIN:  # faster on the mean, but not in every timing of both settings
+        twice = best_lo < best.samples_per_s
         notes.append(
             f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
-            f"num_workers={now.num_workers}, whose own two timings ({lo:.0f} and {hi:.0f} samples/s) differ by "
-            "as much: the machine's noise, not a measured gain; no worker count advised."
+            f"num_workers={now.num_workers}, whose own two timings ({lo:.0f} and {hi:.0f} samples/s) "
+            + (
+                f"overlap num_workers={best.num_workers}'s slower one ({best_lo:.0f}, timed again)"
+                if twice
+                else "differ by as much"
+            )
+            + ": the machine's noise, not a measured gain; no worker count advised."
         )
         return None
     notes.append(
@@ -527,8 +546,8 @@ def _pick_in_training(ladder: LoaderLadder, now: Rung, notes: list[str]) -> Rung
 
 
 def _current_spread(ladder: LoaderLadder, now: Rung) -> tuple[float, float]:
-    """The lowest and highest timing of the current worker count with the step (timed twice, before and after
-    the others: how much the machine's speed moved over the measurement)."""
+    """The lowest and highest timing of a worker count with the step (the current one is timed twice, before and
+    after the others, the fastest other again when it beat both: how much the machine's speed moved)."""
     rates = [r.samples_per_s for r in ladder.in_training if r.num_workers == now.num_workers] or [
         now.samples_per_s
     ]
