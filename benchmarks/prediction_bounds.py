@@ -3,6 +3,7 @@
     python benchmarks/prediction_bounds.py                 # the hook after-effect (seconds)
     python benchmarks/prediction_bounds.py --compile       # also torch.compile of the tiny_ops step, cold and warm
     python benchmarks/prediction_bounds.py --saves         # also each checkpoint save of checkpoint_heavy
+    python benchmarks/prediction_bounds.py --validation    # also the rest of val_slow_loader's fit with/without
 
 * ``HOOK_INDIRECT_MAX_SHARE``: the heavy_callback workload's model stepped back-to-back, then with the
   workload's callback work (two sorts of 100k floats) after every step and after every 10th; prints the step's
@@ -13,6 +14,9 @@
 * ``SAVE_SPREAD_RANGE_MIN``: the checkpoint_heavy workload's fit (128 MB checkpoints, a save every 5 steps), each in
   a fresh process as users run it: bare twice, then with the callback, and bare with a save every 40 steps (the
   advice); prints every save's wall seconds in order (the first of a process is often the slowest).
+* ``VALIDATION_INDIRECT_MAX_SHARE``: the val_slow_loader workload's fit (validation every 10 batches) and the
+  advised one (every 100), bare, each in a fresh process, three rounds; prints the validation runs' wall time and
+  the rest of the fit, and how much faster the rest ran without the validations avoided (against their time).
 """
 
 from __future__ import annotations
@@ -151,6 +155,50 @@ def _saves_child(mode: str, settings: str, out: str) -> None:
     Path(out).write_text(json.dumps({"saves": each, "fit_s": fit_s}))
 
 
+def _validation_child(settings: str, out: str) -> None:
+    import payoff_workloads as pw
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+
+    runs: list[float] = []
+    run = _EvaluationLoop.run
+
+    def timed(self: _EvaluationLoop) -> object:
+        t = time.perf_counter()
+        r = run(self)
+        runs.append(time.perf_counter() - t)
+        return r
+
+    _EvaluationLoop.run = timed  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as d:
+        pw.run("val_slow_loader", "measure", json.loads(settings), Path(d))
+        fit_s = json.loads((Path(d) / "result.json").read_text())["fit_s"]
+    Path(out).write_text(json.dumps({"runs": runs, "fit_s": fit_s}))
+
+
+def validation_after_effect(rounds: int = 3) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        for r in range(rounds):
+            got = []
+            for settings in ("{}", '{"val_check_interval": 100}'):
+                out = Path(d) / "v.json"
+                subprocess.run(
+                    [sys.executable, __file__, "--validation-child", settings, str(out)],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                got.append(json.loads(out.read_text()))
+            (b, a) = got
+            rest_b, rest_a = b["fit_s"] - sum(b["runs"]), a["fit_s"] - sum(a["runs"])
+            avoided = sum(b["runs"]) - sum(a["runs"])
+            print(
+                f"val_slow_loader round {r + 1}: every 10 batches {len(b['runs'])} validations "
+                f"{sum(b['runs']):.3f} s + rest {rest_b:.3f} s; every 100 {len(a['runs'])} validation(s) "
+                f"{sum(a['runs']):.3f} s + rest {rest_a:.3f} s; the rest ran {rest_b - rest_a:+.3f} s faster "
+                f"({(rest_b - rest_a) / avoided:.2f}x of the {avoided:.3f} s of validation avoided)"
+            )
+
+
 def save_spread() -> None:
     runs = (
         ("bare", "measure", "{}"),
@@ -180,7 +228,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the tiny_ops step")
     p.add_argument("--saves", action="store_true", help="also time each checkpoint save of checkpoint_heavy")
+    p.add_argument("--validation", action="store_true", help="also the rest of val_slow_loader's fit")
     p.add_argument("--compile-child", default="", help=argparse.SUPPRESS)
+    p.add_argument("--validation-child", nargs=2, default=None, help=argparse.SUPPRESS)
     p.add_argument("--saves-child", nargs=3, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.compile_child:
@@ -189,12 +239,17 @@ def main() -> None:
     if a.saves_child:
         _saves_child(*a.saves_child)
         return
+    if a.validation_child:
+        _validation_child(*a.validation_child)
+        return
     np.random.seed(0)
     hook_after_effect()
     if a.compile:
         compile_time()
     if a.saves:
         save_spread()
+    if a.validation:
+        validation_after_effect()
 
 
 if __name__ == "__main__":

@@ -81,6 +81,40 @@ def test_validation_every_ten_batches_is_the_verdict_with_val_check_interval_fir
     assert again.recommendations[0].where == "Trainer"
 
 
+def test_validations_that_slow_the_steps_between_them_give_a_range_bounded_by_the_back_to_back_step() -> None:
+    """Issue 19 (val_slow_loader: predicted 3.74-4.54x, applied 4.74-4.91x): without 9 of 10 validations the rest
+    of the fit also ran faster (self.log 0.9 -> 0.5-0.6 ms a call). With a trial timing the step back-to-back,
+    the advice gives a range up to the avoided runs' share of the step's excess over it, at most
+    VALIDATION_INDIRECT_MAX_SHARE of the validation time saved."""
+    from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
+
+    def advice(baseline_ms: float | None, val_s: float = 9.0) -> Any:
+        ledger = _ledger(validation=val_s)  # 20 runs (0.45 s each) beside 200 steps of 5 ms (0.05 ms data wait)
+        ledger.validation_runs, ledger.validation_batches = 20, 80
+        ev = _evidence(ledger)
+        if baseline_ms is not None:
+            ev.trials = TrialReport(
+                results=[
+                    TrialResult("compile", {"compile": True}, 0.8, 0.05, 15, baseline_ms, baseline_ms / 0.8)
+                ]
+            )
+        return diagnose(ev).recommendations[0], ledger
+
+    plain, ledger = advice(None)
+    assert plain.settings == {"val_check_interval": 100} and plain.expected_speedup_range is None
+    rec, _ = advice(4.0)  # the run's step 4.95 ms, back-to-back 4.0: 0.95 ms x 200 steps x 18/20 = 0.171 s
+    assert rec.expected_speedup == pytest.approx(plain.expected_speedup, rel=1e-3)
+    assert rec.expected_speedup_range is not None and "between validations" in (rec.uncertainty or "")
+    low, high = rec.expected_speedup_range
+    assert low == pytest.approx(plain.expected_speedup, rel=1e-3)
+    assert high == pytest.approx(_whole_fit_speedup(ledger, 18 * 0.45 + 0.171), rel=1e-3)
+    # runs of 45 ms and a step 4.94 ms over back-to-back (0.89 s in all): capped at a quarter of the time saved
+    rec, ledger = advice(0.01, val_s=0.9)
+    cap = 18 * 0.045 * (1 + T.VALIDATION_INDIRECT_MAX_SHARE)
+    assert rec.expected_speedup_range[1] == pytest.approx(_whole_fit_speedup(ledger, cap), rel=1e-3)
+    assert advice(6.0)[0].expected_speedup_range is None  # a step no slower than back-to-back: a point
+
+
 def test_a_validation_longer_than_an_epoch_interval_uses_check_val_every_n_epoch() -> None:
     ledger = _ledger(validation=6.0)
     ledger.epochs, ledger.validation_runs, ledger.validation_batches = 10, 10, 400

@@ -193,6 +193,24 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             how = f"every {new} training batches instead of every {interval}"
         avoided = max(0, runs - new_runs)
         if avoided > 0:
+            ev: dict[str, Any] = {
+                "validations": runs,
+                "validations_after": new_runs,
+                "per_validation_s": round(per, 6),
+            }
+            # the steps between validations may also run faster without them: up to the avoided runs' share of
+            # the steps' excess over back-to-back, at most VALIDATION_INDIRECT_MAX_SHARE of the time saved
+            indirect = min(
+                _step_excess_s(ledger, evidence) * steps * avoided / runs,
+                T.VALIDATION_INDIRECT_MAX_SHARE * avoided * per,
+            )
+            if indirect > 0:
+                ev["saved_high_s"] = round(avoided * per + indirect, 6)
+                ev["range_why"] = (
+                    "the training steps between validations may run faster without them (caches, memory, the "
+                    "metrics they collect); how much was bounded by this run's step against the same step timed "
+                    "back-to-back, not measured"
+                )
             out.append(
                 FitLever(
                     FitPart.VALIDATION,
@@ -206,7 +224,7 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     f"{avoided} of them: {avoided} x {_s(per)}",
                     "the validation metrics (and anything monitoring them: early stopping, the best "
                     f"checkpoint) update {k}x less often",
-                    {"validations": runs, "validations_after": new_runs, "per_validation_s": round(per, 6)},
+                    ev,
                 )
             )
         batches = ledger.validation_batches / runs if runs else 0.0
@@ -479,11 +497,12 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     ]
 
 
-def _hook_indirect_max_s(ledger: FitLedger, evidence: Evidence, per_call_s: float) -> float:
-    """How much slower, at most, the training step after a hook call may run because of it (seconds): the
-    run's own step (the ledger's training steps without the data wait) over the same step timed back-to-back
-    by the trials (their median baseline), capped at HOOK_INDIRECT_MAX_SHARE of the hook's own time; 0 when
-    no trial timed the step. An upper bound: Lightning's loop and the optimizer step are in the excess too."""
+def _step_excess_s(ledger: FitLedger, evidence: Evidence) -> float:
+    """Seconds per training step the run's own step (the ledger's training steps without the data wait) took
+    beyond the same step timed back-to-back by the trials (their median baseline); 0 when no trial timed the
+    step. Work interleaved with the steps (a hook, a validation run) can slow the steps around it (caches, the
+    allocator), which no timing of that work sees: this bounds it. An upper bound: Lightning's loop and the
+    optimizer step are in the excess too."""
     trials = evidence.trials
     base = sorted(r.baseline_ms for r in (trials.results if trials is not None else []) if r.baseline_ms)
     if not base or ledger.train_steps <= 0:
@@ -491,8 +510,13 @@ def _hook_indirect_max_s(ledger: FitLedger, evidence: Evidence, per_call_s: floa
     waits = sorted(evidence.timing.data_wait_ms) if evidence.timing is not None else []
     wait_ms = waits[len(waits) // 2] if waits else 0.0
     step_ms = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps - wait_ms
-    excess_s = max(0.0, step_ms - base[len(base) // 2]) / 1e3
-    return min(excess_s, T.HOOK_INDIRECT_MAX_SHARE * per_call_s)
+    return max(0.0, step_ms - base[len(base) // 2]) / 1e3
+
+
+def _hook_indirect_max_s(ledger: FitLedger, evidence: Evidence, per_call_s: float) -> float:
+    """How much slower, at most, the training step after a hook call may run because of it (seconds): the
+    step's excess (:func:`_step_excess_s`), capped at HOOK_INDIRECT_MAX_SHARE of the hook's own time."""
+    return min(_step_excess_s(ledger, evidence), T.HOOK_INDIRECT_MAX_SHARE * per_call_s)
 
 
 # ------------------------------------------------------------------------------------------- the rules

@@ -201,6 +201,13 @@ CALLBACK_RECOVERABLE = 0.9
 # +0.8-1.4 ms after a 2.0 ms hook in one run and +0.04-0.15 ms in two later ones the same day: the after-effect
 # depends on the machine's state, so the bound is read from the run itself and only capped here.
 HOOK_INDIRECT_MAX_SHARE = 1.0
+# Validation runs between training steps slow the steps and Lightning's loop around them the same way (self.log
+# took 0.9 ms a call with validation every 10 batches, 0.5-0.6 ms with it every 100): a fewer-validations lever's
+# saving is a range up to the avoided runs' share of the step's excess over back-to-back, at most this share of
+# the validation time it saves. Measured (issue 19, `python benchmarks/prediction_bounds.py --validation`):
+# val_slow_loader's fit without 9 of 10 validations ran the rest of its fit 0.08x, 0.11x and -0.01x of the
+# avoided validation time faster; about twice the largest seen.
+VALIDATION_INDIRECT_MAX_SHARE = 0.25
 # self.log(..., sync_dist=True) all-reduces each value at every call (Lightning #17988: seconds per call); without
 # it a call only stores the value: the all-reduce is most of the call's time (0.9: the same share as a callback
 # called 10x less often, CALLBACK_RECOVERABLE).
