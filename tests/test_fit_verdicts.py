@@ -89,7 +89,9 @@ def test_validations_that_slow_the_steps_between_them_give_a_range_bounded_by_th
     from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
 
     def advice(baseline_ms: float | None, val_s: float = 9.0) -> Any:
-        ledger = _ledger(validation=val_s)  # 20 runs (0.45 s each) beside 200 steps of 5 ms (0.05 ms data wait)
+        ledger = _ledger(
+            validation=val_s
+        )  # 20 runs (0.45 s each) beside 200 steps of 5 ms (0.05 ms data wait)
         ledger.validation_runs, ledger.validation_batches = 20, 80
         ev = _evidence(ledger)
         if baseline_ms is not None:

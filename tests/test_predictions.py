@@ -110,6 +110,28 @@ def test_a_step_whose_own_time_spreads_gives_a_range_that_reaches_the_fast_steps
     assert steady.recommendations[0].expected_speedup == pytest.approx(56.0 / 6.639, rel=0.02)
 
 
+def test_steps_all_slowed_by_in_process_loading_reach_the_back_to_back_step_in_the_range() -> None:
+    """io_wait in the scoreboard's 2026-12-02 full run: every step of the window took 13 ms without its data wait
+    (the thread pool asleep through the loading), so median and fastest quarter agreed on a 4.31x point, and the
+    run got 9.31x with 8 workers. The trials' step timed back-to-back (no loading between) is the fastest the
+    step may run once the loading leaves: the high end of the range."""
+    cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
+    slow = _sleepy_timing([13.0] * 32)
+    alone = plan_from_timing(_sleepy_ladder(), cfg, slow, 32).recommendations[0]
+    assert alone.expected_speedup_range is None  # the run's own steps agree: a point
+    rec = plan_from_timing(
+        _sleepy_ladder(), cfg, slow, 32, back_to_back_samples_per_s=16 / 1.6e-3
+    ).recommendations[0]
+    assert rec.settings["num_workers"] == 8 and rec.expected_speedup == pytest.approx(alone.expected_speedup)
+    lo, hi = rec.expected_speedup_range
+    assert lo == pytest.approx(alone.expected_speedup)
+    assert hi == pytest.approx((52.0 + 13.0) / (16 / 2410 * 1e3), rel=0.02)  # paced by the 8 workers' loading
+    assert "1.6 ms (the same step timed back-to-back" in rec.uncertainty
+    # a back-to-back step no faster than the run's own: still a point
+    same = plan_from_timing(_sleepy_ladder(), cfg, slow, 32, back_to_back_samples_per_s=16 / 13e-3)
+    assert same.recommendations[0].expected_speedup_range is None
+
+
 def _timed_with_the_step(rates: dict[int, float]) -> LoaderLadder:
     """The ladder above, with worker counts also timed with the training step (samples/s of loading and
     stepping together): the current count twice (drift), as the probe times it."""
@@ -221,7 +243,8 @@ def test_a_cpu_bound_loader_is_timed_with_the_real_step_and_the_advice_follows_t
         best is not None
         and best.samples_per_s >= MEASURED_GAIN_MIN * now.samples_per_s
         # beyond the current setting's own spread, in every timing of the best (timed again when it beat both)
-        and min(r.samples_per_s for r in ladder.in_training if r.num_workers == best.num_workers) >= highest_now
+        and min(r.samples_per_s for r in ladder.in_training if r.num_workers == best.num_workers)
+        >= highest_now
     )
     advised = [r for r in report.recommendations if r.kind == "input" and "num_workers" in r.settings]
     if clear:
@@ -258,6 +281,37 @@ def test_busy_window_falls_back_and_measured_cores_reach_the_report() -> None:
     assert recs and recs[0].evidence["step_cores_measured"] is True
     assert recs[0].evidence["step_cores"] == pytest.approx(2.0)  # (1.2 - 0.8 x 1.0) / 0.2, capped at 2 CPUs
     assert all("num_workers" not in r.settings for r in report.recommendations)
+
+
+def test_a_loader_range_is_rescaled_to_the_whole_fit_with_its_point() -> None:
+    """The loader plan's range is on the step's scale; the report's point is the whole fit's (the ledger's other
+    parts do not speed up). Both ends are rescaled the same way, so the point always lies inside the range (a
+    report once said 4.99x with a range of 5.72-17.76x)."""
+    from lightning_bottleneck.analysis.ledger import FitLedger
+    from lightning_bottleneck.categories import FitPart
+
+    bimodal = [4.0] * 12 + [13.0] * 20
+    timing = _sleepy_timing(bimodal)
+    step_plan = plan_from_timing(_sleepy_ladder(), RunConfig(num_workers=0, batch_size=16, usable_cpus=2,
+                                 accelerator="cpu"), timing, 32).recommendations[0]  # fmt: skip
+    steps = 64
+    step_s = sorted(timing.step_ms)[len(timing.step_ms) // 2] / 1e3
+    ledger = FitLedger(fit_s=steps * step_s + 2.0, train_steps=steps, epochs=2,
+                       parts={FitPart.TRAINING_STEPS: steps * step_s, FitPart.VALIDATION: 2.0})  # fmt: skip
+    ev = Evidence(timing=timing, config=RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu"),
+                  run_length=RunLength(total_steps=steps, steps_per_epoch=32, epochs=2),
+                  loader_ladder=_sleepy_ladder(), ledger=ledger)  # fmt: skip
+    rec = next(r for r in diagnose(ev).recommendations if "num_workers" in r.settings)
+    assert rec.expected_speedup is not None and rec.expected_speedup < step_plan.expected_speedup  # whole fit
+    lo, hi = rec.expected_speedup_range
+    assert lo <= rec.expected_speedup <= hi
+    fit = ledger.fit_s
+    for whole, per_step in (
+        (lo, step_plan.expected_speedup_range[0]),
+        (hi, step_plan.expected_speedup_range[1]),
+    ):
+        saved = steps * step_s * (1 - 1 / per_step)  # the step's saving at that end, over the fit
+        assert whole == pytest.approx(fit / (fit - saved), rel=0.03)
 
 
 def test_range_round_trips_and_renders_instead_of_the_point() -> None:

@@ -119,6 +119,7 @@ def plan_loader(
     epoch_start_stall_s: float | None = None,
     typical_consumption_samples_per_s: float | None = None,
     step_cores: float | None = None,
+    back_to_back_samples_per_s: float | None = None,
 ) -> LoaderPlan:
     """Loader recommendations from a measured ladder.
 
@@ -140,6 +141,9 @@ def plan_loader(
         step_cores: cores the training step keeps busy (:func:`step_cores_from_window`); None: not measured,
             :data:`DEFAULT_STEP_CORES`. With a CPU model and CPU-bound loading the workers get only the
             cores the step leaves free while it runs, so the prediction is for the run as it trains.
+        back_to_back_samples_per_s: samples/s of the model's step timed back-to-back by the trials (forward and
+            backward, no loading between steps): how fast the step may run once loading leaves it, the high end
+            of a range when the run's own steps were slower (see :data:`STEP_SPREAD_MAX`).
     """
     plan = LoaderPlan()
     k = DEFAULT_STEP_CORES if step_cores is None else max(0.0, step_cores)
@@ -288,10 +292,8 @@ def plan_loader(
                 if b > a * IN_TRAINING_NOISE_MAX
             ]
             uncertainty = (
-                "the two timings with the step of "
-                + " and ".join(moved)
-                + " apart (the machine's speed moved "
-                "while it was measured)"
+                f"the two timings with the step of {' and '.join(moved)} apart "
+                "(the machine's speed moved while it was measured)"
             )
     elif (
         speedup is not None
@@ -310,23 +312,27 @@ def plan_loader(
             f"{_cpus(current, ladder)} CPU(s)"
         )
 
+    fastest = max(consumption or 0.0, back_to_back_samples_per_s or 0.0)
     if (
         spread is None
         and speedup is not None
         and chosen is not None
         and trained_now is None
-        and consumption is not None
         and typical is not None
-        and consumption > typical
+        and fastest > typical
     ):
-        fast = _predicted_step_s(chosen, rung_now, consumption, bs, step_s, current, ladder, k)
+        fast = _predicted_step_s(chosen, rung_now, fastest, bs, step_s, current, ladder, k)
         high = epoch_now / _epoch_s(steps_per_epoch, fast, stall_new) if fast > 0 else speedup
         if high > speedup * STEP_SPREAD_MAX:
             spread = (round(speedup, 3), round(high, 3))
+            quick = (
+                f"{bs / consumption * 1e3:.1f} ms (the fastest quarter)"
+                if consumption and consumption >= fastest
+                else f"{bs / fastest * 1e3:.1f} ms (the same step timed back-to-back, no loading between)"
+            )
             uncertainty = (
-                f"this run's own steps took {bs / typical * 1e3:.1f} ms (median) but {bs / consumption * 1e3:.1f} ms "
-                f"(the fastest quarter) without the data wait; which of them the step runs at once "
-                f"{chosen.label} does the loading was not measured"
+                f"this run's own steps took {bs / typical * 1e3:.1f} ms (median) but {quick} without the data "
+                f"wait; which of them the step runs at once {chosen.label} does the loading was not measured"
             )
     if plan.covered is False and ladder.bound == BOUND_CPU:
         ceiling = ladder.ceiling_samples_per_s
@@ -447,6 +453,7 @@ def plan_from_timing(
     timing: TimingStats,
     steps_per_epoch: float | None,
     step_cores: float | None = None,
+    back_to_back_samples_per_s: float | None = None,
 ) -> LoaderPlan:
     """:func:`plan_loader` fed from the callback's always-on timing (the window's steady-state steps).
 
@@ -470,6 +477,7 @@ def plan_from_timing(
         epoch_start_stall_s=epoch_start_stall(timing),
         typical_consumption_samples_per_s=consumption_rate(timing, 50.0),
         step_cores=step_cores,
+        back_to_back_samples_per_s=back_to_back_samples_per_s,
     )
 
 

@@ -76,6 +76,20 @@ def _from_trial(c: Candidate) -> Recommendation:
     )
 
 
+def _rescaled(
+    span: tuple[float, float], point: float, r: Recommendation, ranking: Ranking
+) -> tuple[float, float]:
+    """An advisor's range around its ``point`` speed-up, on the whole run's scale: each end's saving relative to
+    the point's (``1 - 1/x``) times the recommendation's saving, through the run's account."""
+    base = 1.0 - 1.0 / point
+    ends = []
+    for x in span:
+        saved = (r.saved_ms_per_step or 0.0) * max(0.0, 1.0 - 1.0 / x) / base if x > 0 else 0.0
+        whole = ranking.account.speedup(saved)
+        ends.append(whole if whole is not None else (x if saved > 0 else 1.0))
+    return (min(ends[0], r.expected_speedup or ends[0]), max(ends[1], r.expected_speedup or ends[1]))
+
+
 def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list[Recommendation]:
     out: list[Recommendation] = []
     for r in recs:
@@ -103,7 +117,10 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
         if measured:
             r.measured_speedup = max(measured)
         if r.expected_speedup is None or len(cands) > 1 or ranking.account.fit_ms_per_step is not None:
-            r.expected_speedup = ranking.account.speedup(r.saved_ms_per_step)
+            old, r.expected_speedup = r.expected_speedup, ranking.account.speedup(r.saved_ms_per_step)
+            if r.expected_speedup_range is not None and old and old > 1.0 and r.expected_speedup:
+                # the advisor's range was on its own scale (the step): each end saves in proportion to the point
+                r.expected_speedup_range = _rescaled(r.expected_speedup_range, old, r, ranking)
         bounded = [
             c
             for c in cands

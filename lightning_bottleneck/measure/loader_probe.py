@@ -324,9 +324,8 @@ def _time_in_training(
     order = [current, *counts, current]
     budget = max(0.0, deadline - time.perf_counter())
     batch_bytes: list[int] = []
-    confirm = max(
-        counts, default=current
-    )  # a place held for the confirming timing (the most workers: the dearest)
+    # a place held in the shares for the confirming timing (the most workers: the dearest to time)
+    confirm = max(counts, default=current)
     i = 0
     while i < len(order):
         w = order[i]

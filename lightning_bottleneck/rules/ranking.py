@@ -401,10 +401,18 @@ def _measured_loader(
     # the step's own CPU use over the profiled window (not on a busy machine: others' load would hide in it)
     self_cores = c.self_cores if c is not None and c.checked and not c.busy else None
     k = step_cores_from_window(self_cores, timing.data_wait_share if steady else wait, ladder, cfg)  # type: ignore[union-attr]
+    trials = evidence.trials
+    base = sorted(r.baseline_ms for r in (trials.results if trials is not None else []) if r.baseline_ms)
+    bs = ladder.batch_size or cfg.batch_size or 1
+    # the step timed back-to-back by the trials (no loading between steps): the fastest it may run once loading
+    # leaves the training process (a thread pool idle through in-process loading wakes slowly)
+    back_to_back = bs / (base[len(base) // 2] / 1e3) if base else None
     if steady:
-        plan = plan_from_timing(ladder, cfg, timing, spe, step_cores=k)  # type: ignore[arg-type]
+        assert timing is not None
+        plan = plan_from_timing(
+            ladder, cfg, timing, spe, step_cores=k, back_to_back_samples_per_s=back_to_back
+        )
     else:
-        bs = ladder.batch_size or cfg.batch_size or 1
         busy_s = account.step_ms * (1 - wait) / 1e3
         plan = plan_loader(
             ladder,
@@ -415,6 +423,7 @@ def _measured_loader(
             steps_per_epoch=spe,
             epoch_start_stall_s=account.stall_ms / 1e3 if account.stall_ms else None,
             step_cores=k,
+            back_to_back_samples_per_s=back_to_back,
         )
     ranking.loader_plan = plan
     ranking.notes += [f"Loader probe: {n}" for n in plan.notes]
