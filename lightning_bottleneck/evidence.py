@@ -155,3 +155,12 @@ class Evidence:
     fit_probes: FitProbes | None = (
         None  # measure/stage.py: the val loader's ladder, the callbacks' frequency args
     )
+
+    @property
+    def back_to_back_step_ms(self) -> float | None:
+        """The model's training step timed back-to-back, no loading between (ms): the trials' median baseline,
+        else the loader probe's own timing of the step (:attr:`LoaderLadder.step_ms`); None when neither ran."""
+        timed = self.trials.median_baseline_ms if self.trials is not None else None
+        if timed is None and self.loader_ladder is not None:
+            timed = self.loader_ladder.step_ms
+        return timed

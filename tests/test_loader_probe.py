@@ -27,7 +27,7 @@ from lightning_bottleneck.advice.loader_plan import (
 )
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.measure.loader_probe import probe_loader
+from lightning_bottleneck.measure.loader_probe import STEP_ALONE_STEPS, probe_loader
 from lightning_bottleneck.measure.trials import restored_trial_step
 from lightning_bottleneck.output.report import Recommendation
 
@@ -165,9 +165,32 @@ def test_a_fit_with_the_probe_trains_exactly_like_one_without(tmp_path: Path) ->
     # worker counts were also timed with the step: the current one, the cores, twice the cores (then the
     # current one again, when the budget is left for it)
     assert [r.num_workers for r in rec.ladder.in_training][:3] == [0, 2, 4], rec.ladder
+    assert rec.ladder.step_ms is not None  # and the step back-to-back, inside the same restored context
     assert rec.seen == ref.seen  # batches in the same order, epoch after epoch
     assert all(torch.equal(state[k], ref_state[k]) for k in ref_state)  # bitwise
     assert draw == ref_draw
+
+
+def test_the_probe_times_the_training_step_back_to_back_on_one_batch() -> None:
+    """Issue 19, io_wait: the step beside in-process loading that sleeps took 13 ms, back-to-back ~1 ms, and no
+    trial runs on an input-bound run to tell. Given the model's step, the probe times it back-to-back on one of its
+    own batches (``LoaderLadder.step_ms``), also for loading that waits (no timing with the workers then)."""
+    model = _Tiny()
+    batches: list[int] = []
+    loader = DataLoader(Sleepy(256, delay_s=0.003), batch_size=8)
+    with restored_trial_step(model) as step:
+
+        def counted(batch: Any) -> None:
+            batches.append(id(batch))
+            step(batch)
+
+        ladder = probe_loader(loader, budget_s=2.0, usable_cpus=2, train_step=counted)
+    assert ladder.bound == BOUND_WAIT and not ladder.in_training, ladder
+    assert ladder.step_ms is not None and 0 < ladder.step_ms < 8 * 3.0, ladder  # below one batch's sleeps
+    assert len(batches) == 1 + STEP_ALONE_STEPS and len(set(batches)) == 1  # a warm-up, then the timed steps
+    assert "back-to-back" in str(ladder)
+    assert LoaderLadder.from_dict(ladder.to_dict()).step_ms == pytest.approx(ladder.step_ms, abs=1e-3)
+    assert probe_loader(loader, budget_s=0.5, usable_cpus=2).step_ms is None  # no step given: not timed
 
 
 def test_a_worker_count_that_beat_both_timings_of_the_current_is_timed_again() -> None:

@@ -143,14 +143,14 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             r.uncertainty = "estimated from the trace, not measured on this run"
         elif r.expected_speedup and ((top and top > r.expected_speedup) or bottom):
             # a part the computed saving leaves out, or one it may overstate, bounded (its candidate says why:
-            # `range_why`)
+            # `range_why`), merged with the advisor's own range when it gave one
+            lo, hi = r.expected_speedup_range or (r.expected_speedup, r.expected_speedup)
             r.expected_speedup_range = (
-                min(r.expected_speedup, bottom or r.expected_speedup),
-                max(r.expected_speedup, top or r.expected_speedup),
+                min(lo, r.expected_speedup, bottom or r.expected_speedup),
+                max(hi, r.expected_speedup, top or r.expected_speedup),
             )
-            r.uncertainty = "; ".join(
-                str(c.evidence.get("range_why", "")) for c in bounded if c.evidence.get("range_why")
-            )
+            why = [str(c.evidence["range_why"]) for c in bounded if c.evidence.get("range_why")]
+            r.uncertainty = "; ".join([r.uncertainty, *why] if r.uncertainty else why)
     for i, r in enumerate(out):
         if i in backed:
             continue

@@ -80,6 +80,10 @@ class LoaderLadder:
     #: workers and the step share the cores): ``samples_per_s`` is then the rate of loading and stepping
     #: together, what the run gets; empty when not measured. CPU fields are None (the step's CPU is in them).
     in_training: list[Rung] = field(default_factory=list)
+    #: The model's training step timed back-to-back on one probe batch (median ms; no loading between the steps):
+    #: how fast the step may run once loading leaves the training process (a thread pool that sleeps through
+    #: in-process loading wakes slowly, issue 19's io_wait). None when not timed (no ``train_step`` given).
+    step_ms: float | None = None
 
     def in_training_rung(self, num_workers: int) -> Rung | None:
         """The in-training timing of this worker count (the mean rate when it was timed twice)."""
@@ -130,6 +134,7 @@ class LoaderLadder:
             "skipped": self.skipped,
             "notes": list(self.notes),
             "in_training": [r.to_dict() for r in self.in_training],
+            "step_ms": None if self.step_ms is None else round(self.step_ms, 4),
         }
 
     @classmethod
@@ -144,6 +149,7 @@ class LoaderLadder:
             skipped=bool(d.get("skipped", False)),
             notes=list(d.get("notes", [])),
             in_training=[Rung.from_dict(r) for r in d.get("in_training", [])],
+            step_ms=None if d.get("step_ms") is None else float(d["step_ms"]),
         )
 
     def __str__(self) -> str:
@@ -172,6 +178,8 @@ class LoaderLadder:
                         f"  {r.num_workers:7d}  {r.prefetch_factor or '-':>8}  {r.samples_per_s:9.1f}"
                         f"  {r.startup_s * 1e3:6.0f} ms{rough}"
                     )
+            if self.step_ms is not None:
+                lines.append(f"  the training step back-to-back (no loading between): {self.step_ms:.2f} ms")
             lines.append(f"  measured in {self.elapsed_s:.2f} s of a {self.budget_s:.2f} s budget")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)

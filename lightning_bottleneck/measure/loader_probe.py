@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -88,6 +89,13 @@ IN_TRAINING_SHARE = 0.6
 # step's threads (the scheduler shares per thread), which can pay when loading is the longer part; at most
 # WAIT_BOUND_MAX_WORKERS (each worker a process with a copy of the dataset object).
 IN_TRAINING_OVERSUBSCRIPTION = 2
+# With a train_step given, the step is first timed back-to-back on one batch (LoaderLadder.step_ms): at most this
+# share of the budget (a few steps of a model small enough to train on the CPU), before the ladder so that its rungs
+# never squeeze it out; STEP_ALONE_STEPS timed steps after one warm-up (the median: one hiccup does not move it), and
+# no figure below STEP_ALONE_MIN_STEPS.
+STEP_ALONE_SHARE = 0.1
+STEP_ALONE_STEPS = 9
+STEP_ALONE_MIN_STEPS = 3
 
 
 class _CyclingSampler(Sampler[int]):
@@ -158,6 +166,8 @@ def probe_loader(
         # torch warns when workers exceed its suggested maximum: the probe tries exactly that on purpose.
         warnings.filterwarnings("ignore", ".*worker processes in total.*")
         reserve = IN_TRAINING_SHARE if train_step is not None else 0.0
+        if train_step is not None:
+            _time_step_alone(plan, ladder, train_step, seed, start + STEP_ALONE_SHARE * budget_s)
         _climb(
             plan,
             ladder,
@@ -301,6 +311,40 @@ def _climb(
             if rung is None:
                 break
             ladder.rungs.append(rung)
+
+
+def _time_step_alone(
+    plan: _Plan, ladder: LoaderLadder, train_step: Callable[[Any], None], seed: int, until: float
+) -> None:
+    """Time the training step back-to-back on one batch of the probe's own loader (no workers, no loading between
+    the steps) until ``until``: :attr:`LoaderLadder.step_ms`, the step once loading leaves the process (issue 19:
+    io_wait's steps took 13 ms beside in-process loading that sleeps, the same step back-to-back ~1 ms)."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    kwargs = dict(plan.kwargs)
+    kwargs.pop("multiprocessing_context", None)
+    kwargs.pop("worker_init_fn", None)
+    dl = DataLoader(
+        plan.dataset,
+        batch_size=plan.batch_size,
+        sampler=_CyclingSampler(len(plan.dataset), plan.shuffle, seed),
+        num_workers=0,
+        generator=generator,
+        **kwargs,
+    )
+    times: list[float] = []
+    try:
+        batch = next(iter(dl))
+        train_step(batch)  # warm-up: the allocator, oneDNN primitives
+        while len(times) < STEP_ALONE_STEPS and time.perf_counter() < until:
+            t0 = time.perf_counter()
+            train_step(batch)
+            times.append(time.perf_counter() - t0)
+    except Exception as err:  # a failing step: the ladder goes on without the figure
+        ladder.notes.append(f"Timing the training step back-to-back failed: {type(err).__name__}: {err}")
+        return
+    if len(times) >= STEP_ALONE_MIN_STEPS:
+        ladder.step_ms = statistics.median(times) * 1e3
 
 
 def _time_in_training(
@@ -486,7 +530,7 @@ def _measure(
         _shutdown(it)
     window_batches = fetched - n_open
     rough = (fetched - n_open) // round_size < MIN_ROUNDS
-    if window_batches > 0 and now > t_open:
+    if window_batches > 0 and t_open >= 0 and now > t_open:  # t_open < 0: the window never opened
         rate = window_batches * plan.batch_size / (now - t_open)
         measured = now - t_open
     elif (

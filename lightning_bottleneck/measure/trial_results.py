@@ -69,6 +69,12 @@ class TrialReport:
         wins = [r for r in self.results if r.recommended and r.measured_speedup is not None]
         return max(wins, key=lambda r: r.measured_speedup or 0.0) if wins else None
 
+    @property
+    def median_baseline_ms(self) -> float | None:
+        """The unchanged step timed back-to-back (ms): the median over the levers' baselines; None when none ran."""
+        base = sorted(r.baseline_ms for r in self.results if r.baseline_ms)
+        return base[len(base) // 2] if base else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "results": [r.to_dict() for r in self.results],

@@ -401,16 +401,21 @@ def _measured_loader(
     # the step's own CPU use over the profiled window (not on a busy machine: others' load would hide in it)
     self_cores = c.self_cores if c is not None and c.checked and not c.busy else None
     k = step_cores_from_window(self_cores, timing.data_wait_share if steady else wait, ladder, cfg)  # type: ignore[union-attr]
-    trials = evidence.trials
-    base = sorted(r.baseline_ms for r in (trials.results if trials is not None else []) if r.baseline_ms)
     bs = ladder.batch_size or cfg.batch_size or 1
-    # the step timed back-to-back by the trials (no loading between steps): the fastest it may run once loading
-    # leaves the training process (a thread pool idle through in-process loading wakes slowly)
-    back_to_back = bs / (base[len(base) // 2] / 1e3) if base else None
+    # the step timed back-to-back (the trials, or the probe; no loading between steps): the fastest it may run
+    # once loading leaves the training process (a thread pool idle through in-process loading wakes slowly)
+    step_ms = evidence.back_to_back_step_ms
+    back_to_back = bs / (step_ms / 1e3) if step_ms else None
     if steady:
         assert timing is not None
         plan = plan_from_timing(
-            ladder, cfg, timing, spe, step_cores=k, back_to_back_samples_per_s=back_to_back
+            ladder,
+            cfg,
+            timing,
+            spe,
+            step_cores=k,
+            back_to_back_samples_per_s=back_to_back,
+            epochs=account.epochs,
         )
     else:
         busy_s = account.step_ms * (1 - wait) / 1e3
@@ -424,6 +429,7 @@ def _measured_loader(
             epoch_start_stall_s=account.stall_ms / 1e3 if account.stall_ms else None,
             step_cores=k,
             back_to_back_samples_per_s=back_to_back,
+            epochs=account.epochs,
         )
     ranking.loader_plan = plan
     ranking.notes += [f"Loader probe: {n}" for n in plan.notes]
@@ -450,6 +456,18 @@ def _measured_loader(
             continue
         if i == 0 and not rec.settings:
             key = "cheaper_samples"
+        extra: dict[str, Any] = {"plan_index": i}
+        tail = _slow_tail_ms(evidence, account)
+        high = (rec.expected_speedup_range or (0.0, rec.expected_speedup or 0.0))[1]
+        if method == MEASURED and tail > 0 and high > 1.0 and _changes_workers(rec.settings):
+            # the run's steps averaged more than their median (slow steps waiting on the workers): the high end has
+            # that tail speed up like the median step (worker_restart: 7.9 ms mean, 6.1 ms median with 2 workers;
+            # without workers the whole fit ran 23x faster against a 17x high end without the tail)
+            extra["saved_high_ms_per_step"] = (eff + tail) * (1 - 1 / high)
+            extra["range_why"] = (
+                f"the run's training steps averaged {account.step_ms + tail:.1f} ms against a "
+                f"{account.step_ms:.1f} ms median; the high end has the slow ones speed up like the rest"
+            )
         out.append(
             Candidate(
                 Category.INPUT,
@@ -464,10 +482,25 @@ def _measured_loader(
                 if method == MEASURED and account.fit_ms_per_step is None
                 else account.speedup(saved),
                 basis,
-                evidence={"plan_index": i},
+                evidence=extra,
             )
         )
     return out
+
+
+def _changes_workers(settings: dict[str, Any]) -> bool:
+    return "num_workers" in settings or "persistent_workers" in settings
+
+
+def _slow_tail_ms(evidence: Evidence, account: RunAccount) -> float:
+    """How much the ledger's mean training step (ms) exceeds the account's median step: slow steps the median
+    leaves out; 0 without a ledger, or when under SLOW_TAIL_MIN of the median (noise)."""
+    ledger = evidence.ledger
+    if ledger is None or ledger.train_steps <= 0:
+        return 0.0
+    mean = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps
+    tail = mean - account.step_ms
+    return tail if tail > T.SLOW_TAIL_MIN * account.step_ms else 0.0
 
 
 def _sync_candidates(breakdown: dict[str, float], account: RunAccount) -> list[Candidate]:

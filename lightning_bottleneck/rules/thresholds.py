@@ -208,6 +208,10 @@ HOOK_INDIRECT_MAX_SHARE = 1.0
 # val_slow_loader's fit without 9 of 10 validations ran the rest of its fit 0.08x, 0.11x and -0.01x of the
 # avoided validation time faster; about twice the largest seen.
 VALIDATION_INDIRECT_MAX_SHARE = 0.25
+# A loader change's high end also has the training steps' slow tail (the ledger's mean step over the timer's median)
+# speed up, when that tail is at least this share of the median: the 10% run-to-run spread of a step timing on a
+# shared machine (LADDER_GAIN_MIN's). worker_restart (issue 19): 7.9 ms mean, 6.1 ms median with 2 workers.
+SLOW_TAIL_MIN = 0.1
 # self.log(..., sync_dist=True) all-reduces each value at every call (Lightning #17988: seconds per call); without
 # it a call only stores the value: the all-reduce is most of the call's time (0.9: the same share as a callback
 # called 10x less often, CALLBACK_RECOVERABLE).
