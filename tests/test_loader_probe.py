@@ -193,6 +193,23 @@ def test_the_probe_times_the_training_step_back_to_back_on_one_batch() -> None:
     assert probe_loader(loader, budget_s=0.5, usable_cpus=2).step_ms is None  # no step given: not timed
 
 
+def _slow_start(worker_id: int) -> None:
+    time.sleep(0.4)
+
+
+def test_a_timing_with_the_step_whose_window_never_opened_is_rough_not_zero() -> None:
+    """worker_restart (issue 19): 2 workers that take 0.4 s to start, timed with the step in a share of the budget
+    shorter than that, read 0.0 samples/s: the window never opened and the rate was divided by the clock's whole
+    reading. Such a timing is the rough rate over the batches after the first."""
+    loader = DataLoader(
+        TensorDataset(torch.randn(512, 4)), batch_size=8, num_workers=2, worker_init_fn=_slow_start
+    )
+    ladder = probe_loader(loader, budget_s=2.0, usable_cpus=2, train_step=lambda batch: None)
+    assert ladder.bound == BOUND_CPU and ladder.in_training, ladder
+    assert all(r.samples_per_s > 50.0 for r in ladder.in_training), ladder
+    assert any(r.rough for r in ladder.in_training if r.num_workers == 2), ladder
+
+
 def test_a_worker_count_that_beat_both_timings_of_the_current_is_timed_again() -> None:
     """Issue 19: one short timing with the step is noisy, so the count that trained faster than both timings of
     the current one is timed a second time. A no-op step beside FFT loading on 2 cores: workers load faster."""

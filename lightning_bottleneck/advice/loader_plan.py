@@ -242,9 +242,8 @@ def plan_loader(
             steps_per_epoch, stall_now, epochs, plan.notes,
         )  # fmt: skip
         if chosen is not None:
-            trained_now = (
-                None  # predicted from the loader alone (no worker count timed with the step applies)
-            )
+            # predicted from the loader alone (no worker count timed with the step applies)
+            trained_now = None
 
     settings: dict[str, Any] = {}
     if chosen is not None:
