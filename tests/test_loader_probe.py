@@ -220,8 +220,10 @@ def test_a_worker_count_that_beat_both_timings_of_the_current_is_timed_again() -
     assert counts[:4] == [0, 2, 4, 0], ladder
     now_hi = max(r.samples_per_s for r in ladder.in_training[:4] if r.num_workers == 0)
     best = max(ladder.in_training[1:3], key=lambda r: r.samples_per_s)
-    assert best.samples_per_s > now_hi, ladder  # workers beside a step that costs nothing
-    assert counts[4:] == [best.num_workers], ladder
+    if best.samples_per_s <= now_hi:  # another process took a core from the workers: nothing to confirm
+        assert counts[4:] == [], ladder
+        return
+    assert counts[4:] == [best.num_workers], ladder  # workers beside a step that costs nothing: faster
     again = ladder.in_training_rung(best.num_workers)
     assert again is not None and again.batches == best.batches + ladder.in_training[4].batches
 
