@@ -142,8 +142,8 @@ def plan_loader(
         step_cores: cores the training step keeps busy (:func:`step_cores_from_window`); None: not measured,
             :data:`DEFAULT_STEP_CORES`. With a CPU model and CPU-bound loading the workers get only the
             cores the step leaves free while it runs, so the prediction is for the run as it trains.
-        back_to_back_samples_per_s: samples/s of the model's step timed back-to-back by the trials (forward and
-            backward, no loading between steps): how fast the step may run once loading leaves it, the high end
+        back_to_back_samples_per_s: samples/s of the model's step timed back-to-back (forward and backward, no
+            loading between steps; by the trials, or by the loader probe when none ran): how fast the step may run once loading leaves it, the high end
             of a range when the run's own steps were slower (see :data:`STEP_SPREAD_MAX`).
         epochs: the fit's epochs, None if unknown: persistent workers start once per fit, so their start-up is
             spread over this many epochs (negligible on a long run, a real cost on a short one: io_wait's 8 new

@@ -89,6 +89,10 @@ class FitLedger:
         """``part``'s share of the fit's wall time (0 for an empty fit)."""
         return self.parts.get(part, 0.0) / self.fit_s if self.fit_s > 0 else 0.0
 
+    def train_step_ms(self) -> float:
+        """The mean training step (ms): the training steps' part over their count (0 for a fit without steps)."""
+        return self.parts[FitPart.TRAINING_STEPS] * 1e3 / self.train_steps if self.train_steps > 0 else 0.0
+
     def per_validation_s(self) -> float:
         """Seconds per validation run (the sanity check excluded)."""
         runs = self.validation_runs

@@ -319,22 +319,9 @@ def _time_step_alone(
     """Time the training step back-to-back on one batch of the probe's own loader (no workers, no loading between
     the steps) until ``until``: :attr:`LoaderLadder.step_ms`, the step once loading leaves the process (issue 19:
     io_wait's steps took 13 ms beside in-process loading that sleeps, the same step back-to-back ~1 ms)."""
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    kwargs = dict(plan.kwargs)
-    kwargs.pop("multiprocessing_context", None)
-    kwargs.pop("worker_init_fn", None)
-    dl = DataLoader(
-        plan.dataset,
-        batch_size=plan.batch_size,
-        sampler=_CyclingSampler(len(plan.dataset), plan.shuffle, seed),
-        num_workers=0,
-        generator=generator,
-        **kwargs,
-    )
     times: list[float] = []
     try:
-        batch = next(iter(dl))
+        batch = next(iter(_loader(plan, 0, None, seed, until)))
         train_step(batch)  # warm-up: the allocator, oneDNN primitives
         while len(times) < STEP_ALONE_STEPS and time.perf_counter() < until:
             t0 = time.perf_counter()
@@ -464,25 +451,7 @@ def _measure(
     """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
     ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out."""
     rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, MIN_MEASURE_S))
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    kwargs = dict(plan.kwargs)
-    if workers == 0:
-        kwargs.pop("multiprocessing_context", None)
-        kwargs.pop("worker_init_fn", None)
-    else:
-        kwargs["prefetch_factor"] = prefetch
-        # A stuck worker cannot hold the probe past its budget (torch raises after `timeout` seconds).
-        kwargs["timeout"] = max(1.0, deadline - time.perf_counter() + 1.0)
-    dl = DataLoader(
-        plan.dataset,
-        batch_size=plan.batch_size,
-        sampler=_CyclingSampler(len(plan.dataset), plan.shuffle, seed),
-        num_workers=workers,
-        persistent_workers=False,
-        generator=generator,
-        **kwargs,
-    )
+    dl = _loader(plan, workers, prefetch, seed, deadline)
     round_size = max(1, workers)
     # Alone, the loader's first round is start-up. With the step, the workers also fill their prefetch queue
     # (workers x prefetch_factor batches) while the first batches are stepped: the window opens once that
@@ -561,6 +530,31 @@ def _measure(
         batches=fetched,
         measured_s=measured,
         rough=rough,
+    )
+
+
+def _loader(plan: _Plan, workers: int, prefetch: int | None, seed: int, deadline: float) -> DataLoader:
+    """The probe's own DataLoader over the training loader's dataset: its own sampler and generator (seeded), the
+    training loader's collate_fn, pin_memory, drop_last, worker_init_fn and multiprocessing context (the last two
+    only with workers), never persistent."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    kwargs = dict(plan.kwargs)
+    if workers == 0:
+        kwargs.pop("multiprocessing_context", None)
+        kwargs.pop("worker_init_fn", None)
+    else:
+        kwargs["prefetch_factor"] = prefetch
+        # A stuck worker cannot hold the probe past its budget (torch raises after `timeout` seconds).
+        kwargs["timeout"] = max(1.0, deadline - time.perf_counter() + 1.0)
+    return DataLoader(
+        plan.dataset,
+        batch_size=plan.batch_size,
+        sampler=_CyclingSampler(len(plan.dataset), plan.shuffle, seed),
+        num_workers=workers,
+        persistent_workers=False,
+        generator=generator,
+        **kwargs,
     )
 
 

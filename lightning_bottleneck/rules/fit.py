@@ -500,15 +500,15 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
 def _step_excess_s(ledger: FitLedger, evidence: Evidence) -> float:
     """Seconds per training step the run's own step (the ledger's training steps without the data wait) took
     beyond the same step timed back-to-back (:attr:`Evidence.back_to_back_step_ms`: the trials, else the loader
-    probe); 0 when neither timed it. Work interleaved with the steps (a hook, a validation run) can slow the steps around it (caches, the
-    allocator), which no timing of that work sees: this bounds it. An upper bound: Lightning's loop and the
-    optimizer step are in the excess too."""
+    probe); 0 when neither timed it. Work interleaved with the steps (a hook, a validation run) can slow the steps
+    around it (caches, the allocator), which no timing of that work sees: this bounds it. An upper bound:
+    Lightning's loop and the optimizer step are in the excess too."""
     back_to_back = evidence.back_to_back_step_ms
     if back_to_back is None or ledger.train_steps <= 0:
         return 0.0
     waits = sorted(evidence.timing.data_wait_ms) if evidence.timing is not None else []
     wait_ms = waits[len(waits) // 2] if waits else 0.0
-    step_ms = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps - wait_ms
+    step_ms = ledger.train_step_ms() - wait_ms
     return max(0.0, step_ms - back_to_back) / 1e3
 
 

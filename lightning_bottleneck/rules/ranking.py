@@ -271,7 +271,7 @@ def run_account(evidence: Evidence, breakdown: dict[str, float], step_ms: float 
         # The step timer (and a profiled step) spans the loop from batch to batch, so it also holds what runs
         # between two steps: logger writes, other callbacks' batch hooks. The ledger books those to their own
         # parts; the in-step fixes work on the training step alone, at most the ledger's mean step.
-        ledger_step_ms = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps
+        ledger_step_ms = ledger.train_step_ms()
         if step_ms and 0 < ledger_step_ms < step_ms:
             step_ms = ledger_step_ms
         if not total:  # the ledger saw the whole fit (offline, from a report)
@@ -434,9 +434,10 @@ def _measured_loader(
     ranking.loader_plan = plan
     ranking.notes += [f"Loader probe: {n}" for n in plan.notes]
     out = []
+    tail = _slow_tail_ms(evidence, account)
+    eff = account.effective_step_ms
     for i, rec in enumerate(plan.recommendations):
         key = next(iter(rec.settings), None) if rec.settings else None
-        eff = account.effective_step_ms
         if rec.expected_speedup and rec.expected_speedup > 1.0:
             saved = eff * (1 - 1 / rec.expected_speedup)
             method, basis = MEASURED, "the loader probe's ladder on this run's own DataLoader"
@@ -457,7 +458,6 @@ def _measured_loader(
         if i == 0 and not rec.settings:
             key = "cheaper_samples"
         extra: dict[str, Any] = {"plan_index": i}
-        tail = _slow_tail_ms(evidence, account)
         high = (rec.expected_speedup_range or (0.0, rec.expected_speedup or 0.0))[1]
         if method == MEASURED and tail > 0 and high > 1.0 and _changes_workers(rec.settings):
             # the run's steps averaged more than their median (slow steps waiting on the workers): the high end has
@@ -498,8 +498,7 @@ def _slow_tail_ms(evidence: Evidence, account: RunAccount) -> float:
     ledger = evidence.ledger
     if ledger is None or ledger.train_steps <= 0:
         return 0.0
-    mean = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) * 1e3 / ledger.train_steps
-    tail = mean - account.step_ms
+    tail = ledger.train_step_ms() - account.step_ms
     return tail if tail > T.SLOW_TAIL_MIN * account.step_ms else 0.0
 
 
