@@ -117,7 +117,8 @@ def _run(
             [python, "-c", code, arg, *extra],
             capture_output=True,
             text=True,
-            cwd=REPO,
+            # the checkout on PYTHONPATH: `python -c` puts the working directory first on sys.path
+            cwd=(env or {}).get("PYTHONPATH", REPO),
             env=env,
             timeout=timeout,
         )

@@ -8,6 +8,11 @@ core). Not ``RUSAGE_CHILDREN``: that also counts DataLoader workers of the loade
 
 ``--against REPO`` runs the same fits with another checkout of the package (e.g. the commit before a
 change), each fit in its own process, interleaved round by round: a side-by-side comparison in one run.
+
+Without torch, on any trace (a GPU-sized window, say): ``python benchmarks/child_cpu.py --replay TRACE
+[--against REPO] [--rounds N]`` starts the child as the callback does (``ChildWorker``), sends it the fit's
+two jobs on that trace (the analysis, then the picture with the PNG) and reads its CPU seconds (psutil)
+before closing it: the child's CPU per fit for that window, start-up included.
 """
 
 from __future__ import annotations
@@ -121,3 +126,78 @@ def _fmt(row: dict[str, Any]) -> str:
         f"child CPU {row['child_cpu_s']:.3f} s, threads {row['max_threads']}, "
         f"peak {row['peak_cores']:.2f} cores over {RATE_WINDOW_S * 1e3:.0f} ms, fit {row['fit_s']:.2f} s"
     )
+
+
+def replay_once(trace: str) -> dict[str, Any]:
+    """The child's CPU for one fit's jobs on ``trace``: start, analyse, picture (HTML + PNG)."""
+    import tempfile
+
+    import psutil
+
+    from lightning_bottleneck.live.offload import ChildWorker
+    from lightning_bottleneck.offline import analyze_paths
+
+    report = analyze_paths([trace])  # in this process: what the callback's verdict would hand the child
+    worker = ChildWorker.start()
+    try:
+        proc = psutil.Process(worker.pid)
+        t0 = time.perf_counter()
+        answer = worker.request({"job": "analyse", "path": trace, "rank": 0})
+        t1 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as out_dir:
+            request = {"job": "picture", "report": report, "phases": answer["phases"], "out_dir": out_dir}
+            png = worker.request({**request, "image": True})["png"]
+        t2 = time.perf_counter()
+        cpu = proc.cpu_times()
+        threads = proc.num_threads()
+    finally:
+        worker.close()
+    return {
+        "child_cpu_s": cpu.user + cpu.system,
+        "max_threads": threads,
+        "analyse_wall_s": t1 - t0,
+        "picture_wall_s": t2 - t1,
+        "png_bytes": len(png or b""),
+    }
+
+
+def replay(trace: str, rounds: int, against: str | None) -> None:
+    repos = [("this", str(REPO))] + ([("against", str(Path(against).resolve()))] if against else [])
+    rows: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in repos}
+    for r in range(rounds):
+        for label, repo in repos if r % 2 == 0 else repos[::-1]:
+            env = dict(os.environ, PYTHONPATH=repo)
+            cmd = [sys.executable, str(HERE / "child_cpu.py"), "--replay-one", trace]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=repo, check=False)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                print(f"{label}: failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
+                continue
+            rows[label].append(json.loads(lines[-1]))
+            print(f"round {r + 1} {label:<8} ({repo}): {lines[-1]}", flush=True)
+    print(f"\nthe child's jobs of one fit on {Path(trace).name}, median of {rounds} rounds:")
+    for label, repo in repos:
+        if rows[label]:
+            med = {k: statistics.median(x[k] for x in rows[label]) for k in rows[label][0]}
+            print(
+                f"  {label:<8} {repo}: child CPU {med['child_cpu_s']:.3f} s (start-up, analysis, picture), "
+                f"threads {med['max_threads']:.0f}, analysis {med['analyse_wall_s']:.3f} s wall, picture "
+                f"{med['picture_wall_s']:.3f} s wall"
+            )
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--replay", metavar="TRACE", help="the child's jobs of one fit on TRACE")
+    ap.add_argument("--replay-one", metavar="TRACE", help=argparse.SUPPRESS)
+    ap.add_argument("--against", help="also another checkout of the package, interleaved")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if args.replay_one:
+        print(json.dumps(replay_once(args.replay_one)))
+    elif args.replay:
+        replay(str(Path(args.replay).resolve()), args.rounds, args.against)
+    else:
+        ap.error("give --replay TRACE (the fit itself: overhead.py --child STEPS)")

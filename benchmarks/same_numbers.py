@@ -27,6 +27,8 @@ DEFAULT_TRACES = REPO.parent / "shared" / "traces"
 
 DUMP = """
 import json, sys
+import lightning_bottleneck.trace.reader as reader
+print("reader:", reader.__file__, file=sys.stderr)
 from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.offline import analyze_paths
 out = {}
@@ -57,10 +59,17 @@ def tests_traces(tmp: Path) -> list[str]:
 def dump(repo: str, paths: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=repo)
     proc = subprocess.run(
-        [sys.executable, "-c", DUMP, *paths], capture_output=True, text=True, env=env, check=False
+        # cwd: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+        [sys.executable, "-c", DUMP, *paths],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=repo,
+        check=False,
     )
     if proc.returncode != 0:
         raise SystemExit(f"{repo}: {proc.stderr.strip().splitlines()[-1:]}")
+    print(next((ln for ln in proc.stderr.splitlines() if ln.startswith("reader:")), "reader: ?"))
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
