@@ -191,7 +191,8 @@ def test_many_odd_slices_go_straight_to_json(tmp_path: Path, monkeypatch: pytest
     real = reader.decode_events
     monkeypatch.setattr(reader, "decode_events", lambda t: calls.append(True) or real(t))
     fast = load_trace(path)
-    assert len(calls) == reader.FAST_MISSES_BEFORE_STDLIB
+    # ~100 slices of 4 KiB: msgspec is tried on the first few (a cut inside a string is no miss), then not
+    assert reader.FAST_MISSES_BEFORE_STDLIB <= len(calls) <= 2 * reader.FAST_MISSES_BEFORE_STDLIB
     monkeypatch.setattr(reader, "FAST_DECODE", False)
     assert_same_trace(fast, load_trace(path))
 

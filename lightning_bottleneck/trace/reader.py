@@ -332,13 +332,14 @@ class _TraceParser:
                     self.fast_misses = 0
                     self.pos = cut
                     return self.columns.add_events, events
-                self.fast_misses += 1
-                self.fast = self.fast_misses < FAST_MISSES_BEFORE_STDLIB
             try:
                 batch = json.loads(text)
             except (ValueError, RecursionError):
-                limit = cut
+                limit = cut  # not a boundary between events (or invalid JSON): no miss of msgspec's
                 continue
+            if self.fast:  # json took what msgspec did not: values of odd types
+                self.fast_misses += 1
+                self.fast = self.fast_misses < FAST_MISSES_BEFORE_STDLIB
             self.pos = cut
             return self.columns.add, batch
         self.no_cut_before = len(buf)
