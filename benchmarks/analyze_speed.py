@@ -8,7 +8,9 @@ Python process so that peak memory is its own:
   (HolisticTraceAnalysis, in its own virtual environment: pandas & co. never enter ours);
 * ``json.load``: ``json.load(gzip.open(path))`` of the same file, the floor for any Python reader.
 
-Times exclude interpreter start-up and imports (``analyze`` is also timed end to end as a command).
+The runs of one trace are interleaved (json.load, analyze, the ``--before`` analyze, HTA, then again), so
+drift on a shared machine hits each alike. Times exclude interpreter start-up and imports (``analyze`` is
+also timed end to end as a command).
 Memory is the process's peak resident set (VmHWM) minus its resident set after imports, i.e. what the
 trace itself costs, compared with the uncompressed JSON size.
 
@@ -131,7 +133,19 @@ def _run(
 
 
 def _measure(python: str, code: str, arg: str, repeat: int, env: dict[str, str] | None = None) -> dict | None:
-    runs = [_run(python, code, arg, env) for _ in range(repeat)]
+    return _median([_run(python, code, arg, env) for _ in range(repeat)])
+
+
+def _interleaved(specs: dict[str, tuple], repeat: int) -> dict[str, dict | None]:
+    """``_measure`` of each ``name: (python, code, arg, env)``, one run of each in turn (drift hits all alike)."""
+    runs: dict[str, list[dict | None]] = {name: [] for name in specs}
+    for _ in range(repeat):
+        for name, (python, code, arg, env) in specs.items():
+            runs[name].append(_run(python, code, arg, env))
+    return {name: _median(r) for name, r in runs.items()}
+
+
+def _median(runs: list[dict | None]) -> dict | None:
     ok = [r for r in runs if r and "error" not in r]
     if not ok:
         return runs[0]
@@ -470,14 +484,17 @@ def main(argv: list[str] | None = None) -> int:
     totals = {"json": 0.0, "analyze": 0.0, "hta": 0.0}
     for path in traces:
         size = _uncompressed_mb(path)
-        j = _measure(sys.executable, JSON_LOAD, str(path), args.repeat)
-        a = _measure(sys.executable, ANALYZE, str(path), args.repeat, env)
+        with tempfile.TemporaryDirectory() as tmp:  # HTA wants a directory of rank files
+            shutil.copy(path, Path(tmp) / path.name)
+            specs: dict[str, tuple] = {"j": (sys.executable, JSON_LOAD, str(path), None)}
+            specs["a"] = (sys.executable, ANALYZE, str(path), env)
+            if before_env:
+                specs["b"] = (sys.executable, ANALYZE, str(path), before_env)
+            if hta_python:
+                specs["h"] = (hta_python, HTA, tmp, None)
+            got = _interleaved(specs, args.repeat)
+        j, a, b, h = got["j"], got["a"], got.get("b"), got.get("h")
         wall = _cli_wall(path, args.repeat)
-        h = None
-        if hta_python:
-            with tempfile.TemporaryDirectory() as tmp:  # HTA wants a directory of rank files
-                shutil.copy(path, Path(tmp) / path.name)
-                h = _measure(hta_python, HTA, tmp, args.repeat)
         ok_h = bool(h) and "error" not in (h or {})
         a_mem = a["peak_mb"] - a["base_mb"] if a and "error" not in a else float("nan")
         j_mem = j["peak_mb"] - j["base_mb"] if j and "error" not in j else float("nan")
@@ -489,7 +506,6 @@ def main(argv: list[str] | None = None) -> int:
             totals["analyze"] += a_s
             totals["json"] += j_s
         name = path.name if path.parent == DEFAULT_TRACES else f"{path.parent.name}/{path.name}"
-        b = _measure(sys.executable, ANALYZE, str(path), args.repeat, before_env) if before_env else None
         print(
             f"{name[:34]:34} {size:6.1f} {j_s:9.3f} {a_s:8.3f} {wall:6.2f} "
             + (f"{h_s:7.3f}" if ok_h else f"{'fails':>7}")
