@@ -10,14 +10,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import lightning_bottleneck.thresholds as thresholds
 from lightning_bottleneck.advice import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
 from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.output.report import Finding, RankSummary, Recommendation, Report, StepTime
-from lightning_bottleneck.rules import classify, final_verdict, thresholds
+from lightning_bottleneck.report import Finding, RankSummary, Recommendation, Report, StepTime
+from lightning_bottleneck.rules import classify, final_verdict
 from lightning_bottleneck.rules.communication import with_communication_evidence
 from lightning_bottleneck.rules.fit import fit_findings
 from lightning_bottleneck.rules.ranking import (

@@ -27,7 +27,7 @@ from lightning_bottleneck.analysis.ledger import FitLedger, ledger_metrics
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.output.report import Report, ledger_cause
+from lightning_bottleneck.report import Report, ledger_cause
 from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.reader import find_trace_files, path_kind
 

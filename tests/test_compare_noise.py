@@ -19,7 +19,7 @@ from lightning_bottleneck.output.compare import (
     ratio_interval,
     slower_beyond,
 )
-from lightning_bottleneck.output.report import MAX_STEP_SAMPLES, Report, StepTime
+from lightning_bottleneck.report import MAX_STEP_SAMPLES, Report, StepTime
 
 
 def _noisy(n: int, median: float, spread: float, seed: int) -> list[float]:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_bottleneck.evidence.contention import CpuSnapshot
 from lightning_bottleneck.measure.contention import (
     INVOLUNTARY_SWITCHES_PER_S,
     MATERIAL_SHORTFALL,
-    CpuSnapshot,
     assess,
     take_snapshot,
 )

@@ -26,10 +26,10 @@ from lightning_bottleneck.advice.loader_plan import (
     plan_loader,
 )
 from lightning_bottleneck.evidence import RunConfig, TimingStats
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
 from lightning_bottleneck.measure.loader_probe import STEP_ALONE_STEPS, probe_loader
 from lightning_bottleneck.measure.trials import restored_trial_step
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.report import Recommendation
 
 from conftest import quiet_trainer
 
@@ -472,7 +472,7 @@ def test_the_plan_and_the_ladder_import_neither_torch_nor_lightning() -> None:
     import sys
 
     code = (
-        "import sys, lightning_bottleneck.advice.loader_plan, lightning_bottleneck.measure.loader_ladder;"
+        "import sys, lightning_bottleneck.advice.loader_plan, lightning_bottleneck.evidence.loader_ladder;"
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -20,10 +20,10 @@ from lightning_bottleneck.advice.loader_plan import (
 )
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 from lightning_bottleneck.measure.contention import assess
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.report import Recommendation
 
 from conftest import fit_scenario
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.representative import check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
-from lightning_bottleneck.measure.contention import Contention
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
-from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
+from lightning_bottleneck.evidence.contention import Contention
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 from lightning_bottleneck.output.html import render_html
-from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.output.text import render_markdown, render_text
-from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.rules.ranking import MEASURED, rank
 
 
@@ -463,7 +463,7 @@ def test_a_rank_slowed_by_a_busy_core_is_not_a_straggler_when_the_collectives_co
 def test_input_advice_needs_a_steady_wait_or_an_input_straggler() -> None:
     from lightning_bottleneck.advice import input_advice
     from lightning_bottleneck.categories import Severity
-    from lightning_bottleneck.output.report import Finding
+    from lightning_bottleneck.report import Finding
 
     cfg = RunConfig(num_workers=0, usable_cpus=4)
     assert input_advice(cfg, []) == []  # below the medium threshold: leave the loader alone

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.offline import analyze_paths
-from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.trace.reader import load_trace
 from lightning_bottleneck.trace.time_unit import check_time_unit
 

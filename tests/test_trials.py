@@ -291,7 +291,7 @@ def test_trials_on_cuda_try_autocast_and_tf32() -> None:
 
 
 def test_a_win_measured_on_a_busy_machine_is_kept_unconfirmed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_bottleneck.measure import contention
+    from lightning_bottleneck.evidence import contention
 
     busy = contention.Contention(
         True, 1.0, 0.5, 1.5, 2.0, 0.5, 200.0, 0.0, 3.0, "other processes used 1.50 ..."

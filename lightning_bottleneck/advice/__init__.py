@@ -10,12 +10,12 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.advice.fit import fit_advice
 from lightning_bottleneck.advice.ranked import ranked_recommendations
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.output.report import Finding, Recommendation
-from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.report import Finding, Recommendation
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Ranking

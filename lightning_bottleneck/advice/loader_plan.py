@@ -1,6 +1,6 @@
 """Input advice that follows the loader probe's measurement. Pure (no torch, no lightning).
 
-Given the :class:`~lightning_bottleneck.measure.loader_ladder.LoaderLadder` the probe measured, the rate at which
+Given the :class:`~lightning_bottleneck.evidence.loader_ladder.LoaderLadder` the probe measured, the rate at which
 the model consumes samples (its step without data wait), the run's loader settings and the epoch-start
 stall, :func:`plan_loader` picks the *smallest* worker count whose measured rate covers consumption with a
 margin, adds ``persistent_workers`` when worker start-up is costly against the epoch, and, when no measured
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_bottleneck.evidence import RunConfig, TimingStats
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
-from lightning_bottleneck.output.report import Recommendation, percentile
-from lightning_bottleneck.rules.thresholds import INPUT_SHARE_MEDIUM
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.report import Recommendation, percentile
+from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM
 
 # A loader "covers" the model when its measured rate is at least this multiple of the consumption rate.
 # The probe timed the loader alone; during training the workers share CPUs with the training process (and,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.report import Recommendation
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Candidate, Ranking

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lightning_bottleneck.evidence import SyncSite
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.report import Recommendation
 from lightning_bottleneck.vocabulary import VIA_BOOL, VIA_COPY, VIA_PRINT, VIA_READ, VIA_SYNC
 
 # Lightning's default Trainer(log_every_n_steps=50): reading a value every N steps instead of every step

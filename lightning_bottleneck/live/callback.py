@@ -22,7 +22,7 @@ from lightning_bottleneck.live.fit_run import FitRun, RunOptions
 from lightning_bottleneck.live.options import check_bool, check_int, check_path, check_seconds, check_timeout
 from lightning_bottleneck.live.profiler_window import WindowOptions, stands_down
 from lightning_bottleneck.measure.stage import MeasureOptions
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import PHASE_BACKWARD, PHASE_TRAINING_STEP, PHASE_VALIDATION
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -21,6 +21,7 @@ from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.evidence import RunConfig, TimingStats
+from lightning_bottleneck.evidence.contention import CpuSnapshot
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.live.ledger import LiveLedger
 from lightning_bottleneck.live.offload import ChildWorker
@@ -39,10 +40,10 @@ from lightning_bottleneck.live.verdict_cycle import (
 )
 from lightning_bottleneck.live.verdict_outputs import publish_picture, publish_scalars
 from lightning_bottleneck.live.window_analysis import WindowAnalysis, analyse_trace_file
-from lightning_bottleneck.measure.contention import CpuSnapshot, take_snapshot
+from lightning_bottleneck.measure.contention import take_snapshot
 from lightning_bottleneck.measure.memory_trend import MemorySampler
 from lightning_bottleneck.measure.stage import Measured, MeasureOptions, measure, window_check
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
 REPORT_FILENAME = "bottleneck_report.json"

@@ -13,8 +13,8 @@ from typing import Any
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.output.text import render_markdown, render_text
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
 __all__ = [

@@ -17,7 +17,7 @@ from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
 from lightning_bottleneck.live.profiler_window import WindowOptions
 from lightning_bottleneck.measure.memory_trend import MemorySampler
 from lightning_bottleneck.measure.stage import Measured
-from lightning_bottleneck.output.report import Report, ledger_cause
+from lightning_bottleneck.report import Report, ledger_cause
 
 
 def take_verdict(

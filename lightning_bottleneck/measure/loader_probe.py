@@ -44,15 +44,15 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler
 
-from lightning_bottleneck.measure.cpus import psutil_module
-from lightning_bottleneck.measure.cpus import usable_cpus as _usable_cpus
-from lightning_bottleneck.measure.loader_ladder import (
+from lightning_bottleneck.evidence.loader_ladder import (
     BOUND_CPU,
     BOUND_UNKNOWN,
     BOUND_WAIT,
     LoaderLadder,
     Rung,
 )
+from lightning_bottleneck.measure.cpus import psutil_module
+from lightning_bottleneck.measure.cpus import usable_cpus as _usable_cpus
 
 # Default wall-clock budget of the whole probe: "a few seconds" (issue 8), about one short validation
 # pass; a rung needs worker start-up plus two rounds of batches.

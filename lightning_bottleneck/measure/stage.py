@@ -10,7 +10,7 @@ window's trace has been summarised. Each part is bounded and optional, and none 
   overhead is material; manual optimization is skipped with a note;
 * the loader probe on the *val* DataLoader when its wait dominated validation so far (the fit's ledger),
   within the same budget as the train probe, and the user's callbacks' frequency arguments
-  (:class:`~lightning_bottleneck.measure.fit_probes.FitProbes`);
+  (:class:`~lightning_bottleneck.evidence.fit_probes.FitProbes`);
 * the busy-machine check (:func:`~lightning_bottleneck.measure.contention.assess`) over the window;
 * whether the window is representative (:func:`~lightning_bottleneck.analysis.representative.check_window`).
 
@@ -31,18 +31,19 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+import lightning_bottleneck.thresholds as thresholds
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
 from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck, check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import FitPart, Share
 from lightning_bottleneck.evidence import RunLength, TimingStats
-from lightning_bottleneck.measure.contention import Contention, CpuSnapshot, assess
+from lightning_bottleneck.evidence.contention import Contention, CpuSnapshot
+from lightning_bottleneck.evidence.fit_probes import KNOB_NAMES, FitProbes
+from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
+from lightning_bottleneck.evidence.trial_results import TrialReport
+from lightning_bottleneck.measure.contention import assess
 from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module
-from lightning_bottleneck.measure.fit_probes import KNOB_NAMES, FitProbes
-from lightning_bottleneck.measure.loader_ladder import LoaderLadder
-from lightning_bottleneck.measure.trial_results import TrialReport
-from lightning_bottleneck.rules import thresholds
 
 __all__ = [
     "MeasureOptions",
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 #: Trials run when compute and overhead together take at least this share of the step: the overhead
-#: medium threshold (rules/thresholds.py), the smallest share whose fix the rules would advise.
+#: medium threshold (thresholds.py), the smallest share whose fix the rules would advise.
 TRIALS_SHARE_MIN = thresholds.OVERHEAD_SHARE_MEDIUM
 
 
@@ -299,14 +300,12 @@ def measure(
 
 def wants_val_probe(ledger: FitLedger | None) -> bool:
     """Probe the val loader when validation is a material share of the fit so far and its DataLoader wait is
-    most of it (rules/thresholds.py: FIT_PART_SHARE_MEDIUM, VAL_LOADER_WAIT_SHARE_MIN)."""
-    from lightning_bottleneck.rules.fit import own_fit_s
-
-    if ledger is None or own_fit_s(ledger) <= 0 or not ledger.validation_runs:
+    most of it (thresholds.py: FIT_PART_SHARE_MEDIUM, VAL_LOADER_WAIT_SHARE_MIN)."""
+    if ledger is None or ledger.own_fit_s() <= 0 or not ledger.validation_runs:
         return False
     val_s = float(ledger.parts.get(FitPart.VALIDATION, 0.0))
     return (
-        val_s >= thresholds.FIT_PART_SHARE_MEDIUM * own_fit_s(ledger)
+        val_s >= thresholds.FIT_PART_SHARE_MEDIUM * ledger.own_fit_s()
         and ledger.validation_loader_wait_s >= thresholds.VAL_LOADER_WAIT_SHARE_MIN * val_s
     )
 

@@ -36,10 +36,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from lightning_bottleneck.evidence.trial_results import DEFAULT_BUDGET_S, TrialReport, TrialResult
 from lightning_bottleneck.measure.contention import assess, take_snapshot
 from lightning_bottleneck.measure.cpus import cpu_has_bf16
-from lightning_bottleneck.measure.trial_results import DEFAULT_BUDGET_S, TrialReport, TrialResult
-from lightning_bottleneck.rules.thresholds import NO_CHANGE_BAND
+from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 
 __all__ = [
     "DEFAULT_BUDGET_S",
@@ -56,7 +56,7 @@ __all__ = [
 #: Inductor compiles small models in 10-60 s; a larger estimate skips the lever with a note).
 DEFAULT_COMPILE_BUDGET_S = 60.0
 #: A lever is recommended only when its median speedup is above ``1 + NOISE_BAND``: the project's no-change
-#: band (:data:`lightning_bottleneck.rules.thresholds.NO_CHANGE_BAND`), which the one-change loop uses too.
+#: band (:data:`lightning_bottleneck.thresholds.NO_CHANGE_BAND`), which the one-change loop uses too.
 NOISE_BAND = NO_CHANGE_BAND
 #: Fewest A/B pairs a lever is judged on; the median of 3 pairs already survives one disturbed pair.
 MIN_REPETITIONS = 3

@@ -1,7 +1,7 @@
 """Rules: from evidence to findings and a verdict.
 
 Each bucket's rule is data (:class:`ShareRule`): which breakdown share it reads and the named
-thresholds (see :mod:`lightning_bottleneck.rules.thresholds` for their sources). :func:`classify` gives
+thresholds (see :mod:`lightning_bottleneck.thresholds` for their sources). :func:`classify` gives
 the findings and a share-based verdict (``share x RECOVERABLE[bucket]``); the reported primary bucket and
 confidence come from :mod:`lightning_bottleneck.rules.ranking`, which weighs every candidate fix, measured or
 estimated, by the time it saves over the whole run (the same order as ``share x RECOVERABLE`` when nothing
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.output.report import Finding, StepTime
-from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.report import Finding, StepTime
 from lightning_bottleneck.stats import median
 
 
@@ -316,7 +316,7 @@ def final_verdict(verdict: Verdict, evidence: Evidence, from_trace: bool) -> tup
 
     Without a profiled window, timing alone cannot tell compute from overhead, and too few timed steps
     support no verdict at all: both are ``unknown`` (an out-of-memory error always stands). An unknown
-    verdict's confidence is capped at :data:`~lightning_bottleneck.rules.thresholds.UNKNOWN_CONFIDENCE_MAX`.
+    verdict's confidence is capped at :data:`~lightning_bottleneck.thresholds.UNKNOWN_CONFIDENCE_MAX`.
     """
     primary = verdict.primary
     timing = evidence.timing

@@ -2,7 +2,7 @@
 
 The ledger (:class:`~lightning_bottleneck.analysis.ledger.FitLedger`) says how many wall seconds of ``fit``
 each part took. Each part's rule is data (:class:`PartRule`): the part, its named thresholds (shares of the
-whole fit, :mod:`lightning_bottleneck.rules.thresholds`) and the function that lists its **levers**: the
+whole fit, :mod:`lightning_bottleneck.thresholds`) and the function that lists its **levers**: the
 Lightning settings that make the part cheaper, each with the seconds it saves over the fit the ledger saw and
 how that figure was obtained:
 
@@ -28,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.categories import FindingKind, FitPart, Severity
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.measure.fit_probes import KNOB_NAMES, FitProbes
-from lightning_bottleneck.output.report import Finding
-from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.evidence.fit_probes import KNOB_NAMES, FitProbes
+from lightning_bottleneck.report import Finding
 
 __all__ = [
     "COMPUTED",
@@ -43,7 +43,6 @@ __all__ = [
     "fit_findings",
     "fit_levers",
     "growth_factor",
-    "own_fit_s",
 ]
 
 COMPUTED = "computed"
@@ -125,12 +124,6 @@ class PartRule:
 # ------------------------------------------------------------------------------------------- arithmetic
 
 
-def own_fit_s(ledger: FitLedger) -> float:
-    """The fit's wall time without this package's own work (the DIAGNOSIS part: the measurement stage, the
-    verdicts): what the run takes without the callback, which every share and speed-up here is of."""
-    return max(0.0, ledger.fit_s - ledger.parts.get(FitPart.DIAGNOSIS, 0.0))
-
-
 def growth_factor(part_s: float, fit_s: float) -> int:
     """How many times less often a part must run to take at most FIT_PART_TARGET_SHARE of the fit.
 
@@ -171,7 +164,7 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     # to their own parts as self time): its wall time, where the ledger has it; the median run's, so that
     # one-off costs of the first run (which the runs left still pay) do not count as saved
     per = ledger.validation_typical_s or max(val_s, ledger.validation_wall_s) / runs
-    k = growth_factor(per * runs, own_fit_s(ledger))
+    k = growth_factor(per * runs, ledger.own_fit_s())
     out: list[FitLever] = []
     spe = _steps_per_epoch(ledger, evidence)
     interval = max(1, round(steps / runs))  # training batches between validations today
@@ -322,7 +315,7 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
         return []
     per = ckpt / saves
     out: list[FitLever] = []
-    k = growth_factor(ckpt, own_fit_s(ledger))
+    k = growth_factor(ckpt, ledger.own_fit_s())
     interval = max(1, round(steps / saves))
     if k > 1 and saves > 1:
         new = min(interval * k, max(interval, steps))  # at least one save left in the fit
@@ -395,7 +388,7 @@ def logging_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     writes_s = max(0.0, log_s - ledger.self_log_s)  # logger writes and the metric computation at log time
     if calls > 0 and writes_s > 0:
         interval = max(1, round(steps / calls))
-        new = max(interval * growth_factor(writes_s, own_fit_s(ledger)), T.LIGHTNING_LOG_EVERY_N_STEPS)
+        new = max(interval * growth_factor(writes_s, ledger.own_fit_s()), T.LIGHTNING_LOG_EVERY_N_STEPS)
         new = min(new, interval * T.FIT_INTERVAL_GROWTH_MAX)
         if new > interval:
             frac = 1.0 - interval / new
@@ -448,7 +441,7 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     ev = {"callback": cls, "hook": method, "calls": hook.calls, "per_call_s": round(per_call, 6)}
     if knob is not None:
         cur = max(1, int(knobs[knob]))
-        k = growth_factor(hook.seconds, own_fit_s(ledger))
+        k = growth_factor(hook.seconds, ledger.own_fit_s())
         if k > 1:
             new = cur * k
             avoided = hook.calls * (1.0 - 1.0 / k)
@@ -590,7 +583,7 @@ def fit_levers(evidence: Evidence) -> list[FitLever]:
 def fit_findings(evidence: Evidence) -> list[Finding]:
     """One finding per part of the fit past its medium threshold, with its levers as evidence."""
     ledger = evidence.ledger
-    fit_s = own_fit_s(ledger) if ledger is not None else 0.0
+    fit_s = ledger.own_fit_s() if ledger is not None else 0.0
     if ledger is None or fit_s <= 0:
         return []
     out: list[Finding] = []

@@ -7,8 +7,8 @@ whole fit*:
   sync, exposed communication, compute and overhead shares (share x step);
 * each candidate fix is one :class:`Candidate`: what to set, how much it saves, and whether that saving was
   **measured** (the loader probe's ladder through :mod:`lightning_bottleneck.advice.loader_plan`, trial
-  steps on the live model in :class:`~lightning_bottleneck.measure.trial_results.TrialReport`) or **estimated**
-  (the named fractions in :mod:`lightning_bottleneck.rules.thresholds`);
+  steps on the live model in :class:`~lightning_bottleneck.evidence.trial_results.TrialReport`) or **estimated**
+  (the named fractions in :mod:`lightning_bottleneck.thresholds`);
 * a lever measured no faster than the noise band is kept as evidence and never advised; a one-off cost
   (compile time) is charged against the run.
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.advice.loader_plan import (
     LoaderPlan,
     epoch_start_stall,
@@ -36,11 +37,10 @@ from lightning_bottleneck.advice.loader_plan import (
 )
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, FitPart, Severity, Share
 from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.measure.trial_results import TrialResult
-from lightning_bottleneck.output.report import Finding
+from lightning_bottleneck.evidence.trial_results import TrialResult
+from lightning_bottleneck.report import Finding
 from lightning_bottleneck.rules import Verdict, mixed_precision_open
-from lightning_bottleneck.rules import thresholds as T
-from lightning_bottleneck.rules.fit import COMPUTED, fit_levers, own_fit_s
+from lightning_bottleneck.rules.fit import COMPUTED, fit_levers
 from lightning_bottleneck.stats import median
 
 __all__ = [
@@ -266,8 +266,8 @@ def run_account(evidence: Evidence, breakdown: dict[str, float], step_ms: float 
     stall_ms = _stall_ms(evidence)
     ledger = evidence.ledger
     fit_ms: float | None = None
-    if ledger is not None and ledger.train_steps > 0 and own_fit_s(ledger) > 0:
-        fit_ms = own_fit_s(ledger) * 1e3 / ledger.train_steps
+    if ledger is not None and ledger.train_steps > 0 and ledger.own_fit_s() > 0:
+        fit_ms = ledger.own_fit_s() * 1e3 / ledger.train_steps
         # The step timer (and a profiled step) spans the loop from batch to batch, so it also holds what runs
         # between two steps: logger writes, other callbacks' batch hooks. The ledger books those to their own
         # parts; the in-step fixes work on the training step alone, at most the ledger's mean step.

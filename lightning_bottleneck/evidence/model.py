@@ -13,11 +13,11 @@ from typing import Any
 from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.measure.contention import Contention
-from lightning_bottleneck.measure.fit_probes import FitProbes
-from lightning_bottleneck.measure.loader_ladder import LoaderLadder
-from lightning_bottleneck.measure.memory_trend import MemoryTrend
-from lightning_bottleneck.measure.trial_results import TrialReport
+from lightning_bottleneck.evidence.contention import Contention
+from lightning_bottleneck.evidence.fit_probes import FitProbes
+from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
+from lightning_bottleneck.evidence.memory_trend import MemoryTrend
+from lightning_bottleneck.evidence.trial_results import TrialReport
 
 
 @dataclass

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_bottleneck.atomic_write import write_atomically
 from lightning_bottleneck.categories import Category, FindingKind, Severity
-from lightning_bottleneck.output.atomic_write import write_atomically
 from lightning_bottleneck.stats import percentile
 
 SCHEMA_VERSION = 1
