@@ -11,14 +11,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import lightning_bottleneck.thresholds as thresholds
-from lightning_bottleneck.advice import advise
+from lightning_bottleneck.advice.recommend import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
 from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Share
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, RankSummary, Recommendation, Report, StepTime
-from lightning_bottleneck.rules import classify, final_verdict
 from lightning_bottleneck.rules.communication import with_communication_evidence
 from lightning_bottleneck.rules.fit import fit_findings
 from lightning_bottleneck.rules.ranking import (
@@ -28,6 +27,7 @@ from lightning_bottleneck.rules.ranking import (
     ranked_verdict,
     tried_findings,
 )
+from lightning_bottleneck.rules.shares import classify, final_verdict
 from lightning_bottleneck.rules.stragglers import (
     RankWork,
     Straggler,
@@ -59,7 +59,7 @@ def diagnose(evidence: Evidence) -> Report:
 
     1. the step time (always-on timing, else the trace's steps) and this rank's breakdown (from its trace
        summary, else from timing alone);
-    2. the rules (:func:`~lightning_bottleneck.rules.classify`, :func:`~lightning_bottleneck.rules.final_verdict`)
+    2. the rules (:func:`~lightning_bottleneck.rules.shares.classify`, :func:`~lightning_bottleneck.rules.shares.final_verdict`)
        give findings; the ranking (:func:`~lightning_bottleneck.rules.ranking.rank`) weighs every candidate
        fix by the time it saves over the run and gives the primary bucket and a confidence; sync-site,
        communication and tried-but-not-faster evidence join the findings;

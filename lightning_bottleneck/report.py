@@ -121,6 +121,9 @@ class Recommendation:
     # where ``settings`` go: "Trainer", "ModelCheckpoint", "val DataLoader", "self.log", a callback's class;
     # None: the train DataLoader / the Trainer / the model, as the setting's name says (the in-step advice)
     where: str | None = None
+    # the stable id of the rule's lever this advice words (``loader:<advice>``, ``fit:<where>:<setting>``): how the
+    # ranking's candidate is joined to it inside the pipeline; not written to the JSON (None once read back)
+    lever: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

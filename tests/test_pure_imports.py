@@ -165,9 +165,13 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 
 def test_the_layer_check_can_fail() -> None:
     """A rule reaching up into advice (as ``rules/ranking.py`` once did) is seen as going up."""
-    assert layer_of("lightning_bottleneck.rules.ranking") < layer_of("lightning_bottleneck.advice.loader_plan")
+    assert layer_of("lightning_bottleneck.rules.ranking") < layer_of(
+        "lightning_bottleneck.advice.loader_plan"
+    )
     assert layer_of("lightning_bottleneck.report") < layer_of("lightning_bottleneck.trace.reader")
-    assert layer_of("lightning_bottleneck.evidence.loader_ladder") < layer_of("lightning_bottleneck.measure.stage")
+    assert layer_of("lightning_bottleneck.evidence.loader_ladder") < layer_of(
+        "lightning_bottleneck.measure.stage"
+    )
     assert layer_of("lightning_bottleneck.diagnose") < layer_of("lightning_bottleneck.offline")
 
 
@@ -179,9 +183,13 @@ def test_the_analyze_command_imports_only_what_it_uses() -> None:
         "import lightning_bottleneck.cli as cli\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('lightning_bottleneck'))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
-    assert not {m for m in loaded if m.startswith(("lightning_bottleneck.measure", "lightning_bottleneck.live"))}
+    assert not {
+        m for m in loaded if m.startswith(("lightning_bottleneck.measure", "lightning_bottleneck.live"))
+    }
     assert not {m for m in loaded if m.split(".")[0] in FRAMEWORKS}
 
 

@@ -36,10 +36,11 @@ def _measured_no_faster(rec: Recommendation, tried: list[Candidate]) -> Candidat
 
 
 def _match(c: Candidate, recs: list[Recommendation], backed: dict[int, list[Candidate]]) -> int | None:
+    if c.lever is not None:  # the rule's lever and the advice that words it carry one stable id
+        for i, r in enumerate(recs):
+            if r.lever == c.lever:
+                return i
     same = [i for i, r in enumerate(recs) if r.kind == c.category.value]
-    for i in same:  # the loader plan's own recommendations carry the candidate's name as title
-        if recs[i].title == c.name:
-            return i
     if c.key is not None:
         for i in same:
             if c.key in recs[i].settings:

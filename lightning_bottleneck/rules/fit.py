@@ -77,6 +77,11 @@ class FitLever:
         return next(iter(self.settings), "")
 
     @property
+    def lever(self) -> str:
+        """The stable id its candidate and its recommendation are joined by (``fit:<where>:<setting>``)."""
+        return f"fit:{self.where}:{self.key or 'hook:' + str(self.evidence.get('hook', ''))}"
+
+    @property
     def name(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
         return f"{self.where}({args})" if self.where not in (SELF_LOG,) else f"self.log(..., {args})"

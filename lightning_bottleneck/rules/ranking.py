@@ -6,7 +6,7 @@ whole fit*:
 * steady-state data wait (window share x step), worker start-up stalls (stall x epochs / total steps),
   sync, exposed communication, compute and overhead shares (share x step);
 * each candidate fix is one :class:`Candidate`: what to set, how much it saves, and whether that saving was
-  **measured** (the loader probe's ladder through :mod:`lightning_bottleneck.advice.loader_plan`, trial
+  **measured** (the loader probe's ladder through :mod:`lightning_bottleneck.rules.loader_plan`, trial
   steps on the live model in :class:`~lightning_bottleneck.evidence.trial_results.TrialReport`) or **estimated**
   (the named fractions in :mod:`lightning_bottleneck.thresholds`);
 * a lever measured no faster than the noise band is kept as evidence and never advised; a one-off cost
@@ -28,19 +28,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import lightning_bottleneck.thresholds as T
-from lightning_bottleneck.advice.loader_plan import (
+from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, FitPart, Severity, Share
+from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.evidence.trial_results import TrialResult
+from lightning_bottleneck.report import Finding
+from lightning_bottleneck.rules.fit import COMPUTED, fit_levers
+from lightning_bottleneck.rules.loader_plan import (
     LoaderPlan,
     epoch_start_stall,
     plan_from_timing,
     plan_loader,
     step_cores_from_window,
 )
-from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, FitPart, Severity, Share
-from lightning_bottleneck.evidence import Evidence, RunConfig
-from lightning_bottleneck.evidence.trial_results import TrialResult
-from lightning_bottleneck.report import Finding
-from lightning_bottleneck.rules import Verdict, mixed_precision_open
-from lightning_bottleneck.rules.fit import COMPUTED, fit_levers
+from lightning_bottleneck.rules.shares import Verdict, mixed_precision_open
 from lightning_bottleneck.stats import median
 
 __all__ = [
@@ -97,6 +97,9 @@ class Candidate:
     # False: an estimate that only sizes its advice (its expected speed-up and range) without competing in
     # the ranking or the verdict (a bigger batch: a trade-off, estimated, never above a measured fix)
     competes: bool = True
+    # the stable id a recommendation carries for this fix (``Recommendation.lever``): the loader rule's
+    # ``loader:<advice>``, a fit lever's ``fit:<where>:<setting>``; None: matched on ``key`` and bucket
+    lever: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -436,7 +439,7 @@ def _measured_loader(
     out = []
     tail = _slow_tail_ms(evidence, account)
     eff = account.effective_step_ms
-    for i, rec in enumerate(plan.recommendations):
+    for i, rec in enumerate(plan.changes):
         key = next(iter(rec.settings), None) if rec.settings else None
         if rec.expected_speedup and rec.expected_speedup > 1.0:
             saved = eff * (1 - 1 / rec.expected_speedup)
@@ -471,7 +474,7 @@ def _measured_loader(
         out.append(
             Candidate(
                 Category.INPUT,
-                rec.title,
+                _describe_change(rec.settings),
                 key,
                 dict(rec.settings),
                 saved,
@@ -483,9 +486,15 @@ def _measured_loader(
                 else account.speedup(saved),
                 basis,
                 evidence=extra,
+                lever=rec.lever,
             )
         )
     return out
+
+
+def _describe_change(settings: dict[str, Any]) -> str:
+    """A loader change named by its settings (the advice gives it a title)."""
+    return ", ".join(f"{k}={v!r}" for k, v in settings.items()) or "cheaper samples"
 
 
 def _changes_workers(settings: dict[str, Any]) -> bool:
@@ -698,8 +707,6 @@ def _bigger_batch(breakdown: dict[str, float], account: RunAccount, batch_size: 
 def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
     """The rest of the fit's levers (rules/fit.py), on the same scale: seconds saved per training step over
     the fit the ledger saw, projected onto the whole run."""
-    from lightning_bottleneck.advice.fit import title
-
     ledger = evidence.ledger
     if ledger is None or ledger.train_steps <= 0:
         return []
@@ -716,7 +723,7 @@ def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
         out.append(
             Candidate(
                 Category.REST_OF_FIT,
-                title(lever),
+                lever.name,
                 lever.key or None,
                 dict(lever.settings),
                 per_step,
@@ -725,6 +732,7 @@ def _fit_candidates(evidence: Evidence, account: RunAccount) -> list[Candidate]:
                 account.speedup(per_step),
                 lever.basis,
                 evidence={"part": lever.part.value, "where": lever.where, "trade": lever.trade, **more},
+                lever=lever.lever,
             )
         )
     return out

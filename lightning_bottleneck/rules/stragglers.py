@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
 from lightning_bottleneck.report import Finding
-from lightning_bottleneck.rules import choose_primary
+from lightning_bottleneck.rules.shares import choose_primary
 from lightning_bottleneck.stats import median
 
 # A rank is a straggler when its relative performance score, the fastest rank's own work divided by
