@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_bottleneck.atomic_write import write_atomically
-from lightning_bottleneck.categories import Category, FindingKind, Severity
+from lightning_bottleneck.categories import Category, FindingKind, Provenance, Severity
 from lightning_bottleneck.stats import percentile
 
 SCHEMA_VERSION = 1
@@ -110,7 +110,7 @@ class Recommendation:
         default_factory=dict
     )  # what the estimate rests on (e.g. a loader ladder)
     measured_speedup: float | None = None  # the trial's own speed-up of the part it measured (fwd+bwd)
-    method: str | None = None  # "measured" | "estimated" | None (not ranked)
+    method: Provenance | None = None  # how the saving was obtained; None: not ranked
     basis: str = ""  # how the saving was measured or estimated, in words
     saved_ms_per_step: float | None = None
     saved_s: float | None = None
@@ -135,7 +135,7 @@ class Recommendation:
             "expected_speedup": _r(self.expected_speedup, 3),
             "evidence": self.evidence,
             "measured_speedup": _r(self.measured_speedup, 3),
-            "method": self.method,
+            "method": None if self.method is None else self.method.value,
             "basis": self.basis,
             "saved_ms_per_step": _r(self.saved_ms_per_step, 4),
             "saved_s": _r(self.saved_s, 3),
@@ -157,7 +157,7 @@ class Recommendation:
             _f(d.get("expected_speedup")),
             dict(d.get("evidence") or {}),
             _f(d.get("measured_speedup")),
-            d.get("method"),
+            Provenance(d["method"]) if d.get("method") else None,
             str(d.get("basis") or ""),
             _f(d.get("saved_ms_per_step")),
             _f(d.get("saved_s")),

@@ -30,13 +30,12 @@ from typing import Any
 
 import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.ledger import FitLedger
-from lightning_bottleneck.categories import FindingKind, FitPart, Severity
+from lightning_bottleneck.categories import FindingKind, FitPart, Provenance, Severity
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.evidence.fit_probes import KNOB_NAMES, FitProbes
 from lightning_bottleneck.report import Finding
 
 __all__ = [
-    "COMPUTED",
     "PART_RULES",
     "FitLever",
     "PartRule",
@@ -45,9 +44,6 @@ __all__ = [
     "growth_factor",
 ]
 
-COMPUTED = "computed"
-MEASURED = "measured"
-ESTIMATED = "estimated"
 
 #: Where a setting goes (``Recommendation.where``).
 TRAINER = "Trainer"
@@ -67,7 +63,7 @@ class FitLever:
     settings: dict[str, Any]
     where: str  # Trainer | ModelCheckpoint | val DataLoader | self.log | a callback's class
     saved_s: float
-    method: str  # computed | measured | estimated
+    method: Provenance  # how saved_s was obtained
     basis: str  # how saved_s was obtained, in words
     trade: str  # what the user gives up ("" when nothing)
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -92,7 +88,7 @@ class FitLever:
             "settings": dict(self.settings),
             "where": self.where,
             "saved_s": round(self.saved_s, 4),
-            "method": self.method,
+            "method": self.method.value,
             "basis": self.basis,
             "trade": self.trade,
             "evidence": dict(self.evidence),
@@ -105,7 +101,7 @@ class FitLever:
             dict(d.get("settings") or {}),
             str(d.get("where") or TRAINER),
             float(d.get("saved_s") or 0.0),
-            str(d.get("method") or ESTIMATED),
+            Provenance(d.get("method") or Provenance.ESTIMATED),
             str(d.get("basis") or ""),
             str(d.get("trade") or ""),
             dict(d.get("evidence") or {}),
@@ -215,7 +211,7 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     settings,
                     TRAINER,
                     avoided * per,
-                    COMPUTED,
+                    Provenance.COMPUTED,
                     f"{runs} validations took {_s(per * runs)} ({_s(per)} each"
                     + (", with the logging and saves they trigger" if per * runs > val_s * 1.01 else "")
                     + f"); validating {how} avoids "
@@ -234,7 +230,7 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     {"limit_val_batches": round(frac, 3)},
                     TRAINER,
                     val_s * (1.0 - frac),
-                    COMPUTED,
+                    Provenance.COMPUTED,
                     f"each validation runs {batches:.0f} batches ({_s(per)}); {frac:.0%} of them saves "
                     f"{1 - frac:.0%} of the {_s(val_s)} of validation",
                     f"each validation sees {frac:.0%} of the validation set: noisier validation metrics",
@@ -282,7 +278,7 @@ def _val_loader_levers(ledger: FitLedger, probes: FitProbes | None) -> list[FitL
             settings,
             VAL_LOADER,
             saved,
-            MEASURED,
+            Provenance.MEASURED,
             f"validation waited {_s(wait)} for its DataLoader; the loader probe measured the val loader at "
             f"{now.samples_per_s:.0f} samples/s with num_workers={current} and {best.samples_per_s:.0f} with "
             f"num_workers={best.num_workers} ({per_run:.0f} batches per validation): the wait shrinks to {ratio:.0%}",
@@ -302,7 +298,7 @@ def sanity_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             {"num_sanity_val_steps": 0},
             TRAINER,
             sanity,
-            COMPUTED,
+            Provenance.COMPUTED,
             f"the sanity check ran {ledger.sanity_batches} validation batch(es) before training: {_s(sanity)}",
             "a bug in validation_step shows up at the first validation instead of before training",
         )
@@ -349,7 +345,7 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     {"every_n_train_steps": new},
                     MODEL_CHECKPOINT,
                     avoided * per,
-                    COMPUTED,
+                    Provenance.COMPUTED,
                     f"{saves} checkpoint saves took {_s(ckpt)} ({_s(per)} each); saving every {new} steps "
                     f"instead of every {interval} avoids {avoided}: {avoided} x {_s(per)}",
                     f"a crash loses up to {new} training steps instead of {interval}",
@@ -368,7 +364,7 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             {"plugins": "AsyncCheckpointIO"},
             TRAINER,
             ckpt * T.ASYNC_CHECKPOINT_RECOVERABLE,
-            ESTIMATED,
+            Provenance.ESTIMATED,
             f"{saves} saves took {_s(ckpt)} on the training thread; writing them on a background thread "
             f"hides about {T.ASYNC_CHECKPOINT_RECOVERABLE:.0%} of that (not measured on this run)",
             "the latest checkpoint file is complete a moment after the step that saved it",
@@ -403,7 +399,7 @@ def logging_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     {"log_every_n_steps": new},
                     TRAINER,
                     writes_s * frac,
-                    COMPUTED,
+                    Provenance.COMPUTED,
                     f"{calls} logger writes took {_s(writes_s)} with the metric computation they trigger "
                     f"({_s(writes_s / calls)} each); logging every {new} steps instead of every {interval} "
                     f"leaves {interval}/{new} of them",
@@ -419,7 +415,7 @@ def logging_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                 {"sync_dist": False},
                 SELF_LOG,
                 ledger.self_log_s * T.SELF_LOG_SYNC_RECOVERABLE,
-                ESTIMATED,
+                Provenance.ESTIMATED,
                 f"{ledger.self_log_calls} self.log calls took {_s(ledger.self_log_s)} "
                 f"({_s(ledger.self_log_s / ledger.self_log_calls)} each) on {world} ranks; without sync_dist "
                 f"a call does not wait for the other ranks (about {T.SELF_LOG_SYNC_RECOVERABLE:.0%} of it)",
@@ -473,7 +469,7 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     {knob: new},
                     cls,
                     per_call * avoided,
-                    COMPUTED,
+                    Provenance.COMPUTED,
                     basis,
                     f"{cls} does its work {k}x less often",
                     {**ev, **extra},
@@ -485,7 +481,7 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             {},
             cls,
             hook.seconds * T.CALLBACK_RECOVERABLE,
-            ESTIMATED,
+            Provenance.ESTIMATED,
             f"{name} ran {hook.calls} times, {_s(per_call)} each ({_s(hook.seconds)}); calling it "
             f"{T.FIT_INTERVAL_GROWTH_MAX}x less often (or making it cheaper) gives back about "
             f"{T.CALLBACK_RECOVERABLE:.0%} of that",

@@ -28,11 +28,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import lightning_bottleneck.thresholds as T
-from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, FitPart, Severity, Share
+from lightning_bottleneck.categories import (
+    BUCKET_SHARES,
+    Category,
+    FindingKind,
+    FitPart,
+    Provenance,
+    Severity,
+    Share,
+)
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.evidence.trial_results import TrialResult
 from lightning_bottleneck.report import Finding
-from lightning_bottleneck.rules.fit import COMPUTED, fit_levers
+from lightning_bottleneck.rules.fit import fit_levers
 from lightning_bottleneck.rules.loader_plan import (
     LoaderPlan,
     epoch_start_stall,
@@ -44,10 +52,7 @@ from lightning_bottleneck.rules.shares import Verdict, mixed_precision_open
 from lightning_bottleneck.stats import median
 
 __all__ = [
-    "COMPUTED",
     "COMPUTE_LEVERS",
-    "ESTIMATED",
-    "MEASURED",
     "Candidate",
     "Ranking",
     "RunAccount",
@@ -57,8 +62,6 @@ __all__ = [
     "tried_findings",
 ]
 
-MEASURED = "measured"
-ESTIMATED = "estimated"
 
 #: Trial levers, by the setting they change (the first key of ``TrialResult.settings``), and the bucket
 #: they count for; ``None``: the larger of compute and overhead (torch.compile removes dispatch and fuses
@@ -88,7 +91,7 @@ class Candidate:
     settings: dict[str, Any]
     saved_ms_per_step: float
     saved_s: float | None
-    method: str  # MEASURED | ESTIMATED
+    method: Provenance  # how saved_ms_per_step was obtained
     speedup: float | None
     basis: str
     measured_speedup: float | None = None
@@ -108,7 +111,7 @@ class Candidate:
             "settings": dict(self.settings),
             "saved_ms_per_step": round(self.saved_ms_per_step, 4),
             "saved_s": None if self.saved_s is None else round(self.saved_s, 3),
-            "method": self.method,
+            "method": self.method.value,
             "speedup": None if self.speedup is None else round(self.speedup, 3),
             "measured_speedup": None if self.measured_speedup is None else round(self.measured_speedup, 3),
             "recommended": self.recommended,
@@ -337,7 +340,7 @@ def _estimate(
         settings,
         saved_ms,
         account.over_run(saved_ms),
-        ESTIMATED,
+        Provenance.ESTIMATED,
         account.speedup(saved_ms),
         basis,
     )
@@ -383,7 +386,7 @@ def _input_candidates(
                     {"persistent_workers": True},
                     saved,
                     saved_s,
-                    ESTIMATED,
+                    Provenance.ESTIMATED,
                     account.speedup(saved),
                     f"workers restart {restarts:.0f} time(s), {stall_ms:.0f} ms each",
                 )
@@ -443,7 +446,7 @@ def _measured_loader(
         key = next(iter(rec.settings), None) if rec.settings else None
         if rec.expected_speedup and rec.expected_speedup > 1.0:
             saved = eff * (1 - 1 / rec.expected_speedup)
-            method, basis = MEASURED, "the loader probe's ladder on this run's own DataLoader"
+            method, basis = Provenance.MEASURED, "the loader probe's ladder on this run's own DataLoader"
             if plan.covered is False:
                 basis += (
                     f" (its settings alone; the loader tops out at {ladder.ceiling_samples_per_s:.0f} "
@@ -451,7 +454,7 @@ def _measured_loader(
                 )
         elif not rec.settings:  # "make samples cheaper": at best, all of the data wait
             saved = wait * account.step_ms
-            method = ESTIMATED
+            method = Provenance.ESTIMATED
             basis = (
                 f"all of the {wait:.0%} data wait if samples cost nothing; the loader measured at most "
                 f"{ladder.ceiling_samples_per_s:.0f} samples/s"
@@ -462,7 +465,7 @@ def _measured_loader(
             key = "cheaper_samples"
         extra: dict[str, Any] = {"plan_index": i}
         high = (rec.expected_speedup_range or (0.0, rec.expected_speedup or 0.0))[1]
-        if method == MEASURED and tail > 0 and high > 1.0 and _changes_workers(rec.settings):
+        if method == Provenance.MEASURED and tail > 0 and high > 1.0 and _changes_workers(rec.settings):
             # the run's steps averaged more than their median (slow steps waiting on the workers): the high end has
             # that tail speed up like the median step (worker_restart: 7.9 ms mean, 6.1 ms median with 2 workers;
             # without workers the whole fit ran 23x faster against a 17x high end without the tail)
@@ -482,7 +485,7 @@ def _measured_loader(
                 method,
                 # the plan's figure is the training steps'; with a ledger the speed-up is the whole fit's
                 rec.expected_speedup
-                if method == MEASURED and account.fit_ms_per_step is None
+                if method == Provenance.MEASURED and account.fit_ms_per_step is None
                 else account.speedup(saved),
                 basis,
                 evidence=extra,
@@ -769,7 +772,7 @@ def _trial_candidate(
         dict(r.settings),
         amortised,
         saved_s,
-        MEASURED,
+        Provenance.MEASURED,
         account.speedup(amortised) if recommended else None,
         basis,
         r.measured_speedup,
@@ -817,7 +820,11 @@ def confidence(
         if spread > T.SPREAD_RATIO_OK:
             conf *= max(T.SPREAD_FACTOR_MIN, T.SPREAD_RATIO_OK / spread)
     # arithmetic on the ledger's measured seconds is as sure as a measurement
-    cap = 0.99 if ranking.top_method() in (MEASURED, COMPUTED) else T.ESTIMATED_CONFIDENCE_MAX
+    cap = (
+        0.99
+        if ranking.top_method() in (Provenance.MEASURED, Provenance.COMPUTED)
+        else T.ESTIMATED_CONFIDENCE_MAX
+    )
     reasons = []
     ratio = ranking.top_two_ratio()
     if ratio is not None and ratio < T.TOP_TWO_RATIO_MIN:
@@ -830,7 +837,7 @@ def confidence(
     if wc is not None and not wc.representative:
         reasons.append(f"the window is not representative ({wc.likely_cause or 'unknown cause'})")
         notes.append(f"Window not representative: {wc.note}")
-    if any("implausible" in n for s in evidence.summaries[:1] for n in s.notes):
+    if any(s.timing_repaired for s in evidence.summaries[:1]):
         reasons.append("the trace's timing had to be repaired")
     if reasons:
         cap = min(cap, T.UNCERTAIN_CONFIDENCE_MAX)

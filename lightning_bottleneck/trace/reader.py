@@ -603,6 +603,7 @@ class _TraceParser:
             stream=np.frombuffer(c.stream, dtype=np.int64),
             device=np.frombuffer(c.device, dtype=np.int64),
             notes=notes,
+            timing_repaired=bool(c.invalid_timing),
         )
 
     def _check_distributed_info(self, notes: list[str]) -> None:

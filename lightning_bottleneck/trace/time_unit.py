@@ -13,7 +13,8 @@ microsecond with the profiler on; else every ``aten::`` op) and, without enough 
   implausible and its unit cannot be inferred; :attr:`TimeUnitCheck.doubt` says so and the verdict becomes
   ``unknown`` (never a confident verdict on such a trace).
 
-The repair notes carry the word "implausible", which caps the verdict's confidence (rules/ranking.py).
+A repaired trace has :attr:`~lightning_bottleneck.trace.model.Trace.timing_repaired` set, which caps the verdict's
+confidence (rules/ranking.py).
 Pure numpy: no torch.
 
 Example::
@@ -119,6 +120,7 @@ def repair_time_unit(trace: Trace) -> TimeUnitCheck:
         unit = _UNITS.get(check.factor, f"x{check.factor:g}")
         trace.ts *= check.factor
         trace.dur *= check.factor
+        trace.timing_repaired = True
         trace.notes.append(
             f"Implausible timing repaired: {check.evidence}, so the timestamps are read as {unit}, not "
             f"microseconds, and were converted (x{check.factor:g})."
