@@ -187,7 +187,7 @@ def input_shares(
 ) -> tuple[float, float]:
     """(steady-state data-wait share, epoch-start stall share of the whole run's step time).
 
-    An epoch start counts as a stall above the rules' floor (``EPOCH_STALL_MIN_MS``). Workers that restart
+    An epoch start counts as a stall by the rules' definition (:meth:`TimingStats.epoch_stalls_ms`). Workers that restart
     every epoch (``num_workers > 0`` without ``persistent_workers``) pay the largest observed start-up at
     every epoch of the run; otherwise only the starts observed so far count (the first epoch's one-off
     set-up is not projected onto the others)."""
@@ -195,7 +195,7 @@ def input_shares(
     if timing is not None and timing.step_ms:
         wait = max(wait, timing.data_wait_share)
     stall = 0.0
-    starts = [x for x in (timing.epoch_start_wait_ms if timing else []) if x >= thresholds.EPOCH_STALL_MIN_MS]
+    starts = timing.epoch_stalls_ms() if timing is not None else []
     if timing is not None and starts:
         steps_ms = timing.step_ms or (summary.step_times_ms if summary else [])
         step_ms = median(steps_ms) if steps_ms else 0.0

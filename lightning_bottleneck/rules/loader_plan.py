@@ -466,15 +466,6 @@ def consumption_rate(timing: TimingStats, quantile: float = CONSUMPTION_QUANTILE
     return timing.samples_per_step / (busy_ms / 1e3) if busy_ms > 0 else None
 
 
-def epoch_start_stall(timing: TimingStats) -> float | None:
-    """Median extra wait (seconds) of an epoch's first batch over a steady-state data wait."""
-    if not timing.epoch_start_wait_ms:
-        return None
-    waits = sorted(timing.epoch_start_wait_ms)
-    steady = sorted(timing.data_wait_ms)[len(timing.data_wait_ms) // 2] if timing.data_wait_ms else 0.0
-    return max(0.0, waits[len(waits) // 2] - steady) / 1e3
-
-
 def plan_from_timing(
     ladder: LoaderLadder,
     current: RunConfig,
@@ -503,7 +494,7 @@ def plan_from_timing(
         step_s=step_s,
         # trainer.num_training_batches is inf for a loader without len()
         steps_per_epoch=int(steps_per_epoch) if steps_per_epoch and steps_per_epoch < float("inf") else None,
-        epoch_start_stall_s=epoch_start_stall(timing),
+        epoch_start_stall_s=timing.epoch_start_extra_ms() / 1e3 if timing.epoch_start_wait_ms else None,
         typical_consumption_samples_per_s=consumption_rate(timing, 50.0),
         step_cores=step_cores,
         back_to_back_samples_per_s=back_to_back_samples_per_s,

@@ -43,7 +43,6 @@ from lightning_bottleneck.report import Finding
 from lightning_bottleneck.rules.fit import fit_levers
 from lightning_bottleneck.rules.loader_plan import (
     LoaderPlan,
-    epoch_start_stall,
     plan_from_timing,
     plan_loader,
     step_cores_from_window,
@@ -295,14 +294,7 @@ def run_account(evidence: Evidence, breakdown: dict[str, float], step_ms: float 
 
 def _stall_ms(evidence: Evidence) -> float:
     """Median extra wait of an epoch's first batch, when it passes the epoch-stall rule's thresholds."""
-    timing = evidence.timing
-    if timing is None or not timing.epoch_start_wait_ms:
-        return 0.0
-    steady = median(timing.data_wait_ms) if timing.data_wait_ms else 0.0
-    if median(timing.epoch_start_wait_ms) < max(T.EPOCH_STALL_MIN_MS, T.EPOCH_STALL_RATIO * steady):
-        return 0.0
-    extra = epoch_start_stall(timing)
-    return (extra or 0.0) * 1e3
+    return evidence.timing.epoch_start_stall_ms() if evidence.timing is not None else 0.0
 
 
 def _boundary_ms_per_epoch(evidence: Evidence) -> float:

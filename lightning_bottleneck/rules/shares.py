@@ -17,7 +17,6 @@ from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Severity, Share
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, StepTime
-from lightning_bottleneck.stats import median
 
 
 @dataclass(frozen=True)
@@ -267,12 +266,8 @@ def input_timing_findings(evidence: Evidence) -> list[Finding]:
     timing = evidence.timing
     if timing is None or not timing.epoch_start_wait_ms:
         return []
-    median_wait = median(timing.data_wait_ms)
-    stalls = [
-        w
-        for w in timing.epoch_start_wait_ms
-        if w >= T.EPOCH_STALL_MIN_MS and w >= T.EPOCH_STALL_RATIO * median_wait
-    ]
+    median_wait = timing.steady_wait_ms()
+    stalls = timing.epoch_stalls_ms()
     if not stalls:
         return []
     mean = sum(stalls) / len(stalls)
