@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.analysis.ledger import FitLedger, ledger_metrics
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.report import Report, ledger_cause
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.reader import find_trace_files, path_kind
 
@@ -165,13 +165,9 @@ def analyze_paths(paths: Sequence[str | Path], rank: int | None = None) -> Repor
         rank=rank,
         environment=_environment(lead, len(summaries)),
         ledger=ledger,
+        ledger_ranks=ledger_ranks,
     )
-    report = diagnose(evidence)
-    if ledger is not None:
-        report.metrics.setdefault(
-            "ledger", ledger_metrics(ledger, ledger_ranks, ledger_cause(report, ledger))
-        )
-    return report
+    return diagnose(evidence)
 
 
 def run_ledger(

@@ -179,6 +179,9 @@ class Evidence:
     ledger: FitLedger | None = (
         None  # the whole fit by part (live/ledger.py); None offline or before the fit ends
     )
+    ledger_ranks: list[FitLedger] = field(
+        default_factory=list
+    )  # each rank's ledger, when several were merged
     fit_probes: FitProbes | None = (
         None  # measure/stage.py: the val loader's ladder, the callbacks' frequency args
     )

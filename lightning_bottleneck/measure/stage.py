@@ -18,8 +18,9 @@ The modules it calls restore what they touch (RNG states, model state, the train
 
 Example::
 
-    measured = measure(trainer, pl_module, MeasureOptions(), summary=summary, timing=timing, batch=batch)
-    evidence.loader_ladder, evidence.trials = measured.loader_ladder, measured.trials
+    evidence = Evidence(summaries=[summary], timing=timing, config=config, ledger=ledger)
+    measure(trainer, pl_module, MeasureOptions(), evidence, outside_ms=outside, batch=batch)
+    evidence.loader_ladder, evidence.trials      # what the stage measured, beside what it read
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
@@ -37,7 +38,7 @@ from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck, check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import FitPart, Share
-from lightning_bottleneck.evidence import RunLength, TimingStats
+from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
 from lightning_bottleneck.evidence.contention import Contention, CpuSnapshot
 from lightning_bottleneck.evidence.fit_probes import KNOB_NAMES, FitProbes
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
@@ -47,7 +48,6 @@ from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module
 
 __all__ = [
     "MeasureOptions",
-    "Measured",
     "input_shares",
     "measure",
     "run_length",
@@ -135,18 +135,6 @@ def projected_run_s(length: RunLength | None, timing: TimingStats | None) -> flo
     if length is None or not length.total_steps or timing is None or not timing.step_ms:
         return None
     return length.total_steps * median(timing.step_ms) / 1e3
-
-
-@dataclass
-class Measured:
-    run_length: RunLength | None = None
-    loader_ladder: LoaderLadder | None = None
-    trials: TrialReport | None = None
-    contention: Contention | None = None
-    busy_ranks: dict[int, str] = field(default_factory=dict)  # other ranks' busy-machine notes (rank zero)
-    window_check: WindowCheck | None = None
-    fit_probes: FitProbes | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -243,25 +231,24 @@ def measure(
     trainer: Any,
     pl_module: Any,
     options: MeasureOptions,
+    out: Evidence,
     *,
-    summary: TraceSummary | None,
-    timing: TimingStats | None,
     outside_ms: list[float],
     batch: Any = None,
     batch_idx: int = 0,
     cpu_start: CpuSnapshot | None = None,
     cpu_end: CpuSnapshot | None = None,
-    batch_size: int | None = None,
-    num_workers: int | None = None,
-    persistent_workers: bool | None = None,
     agree: Callable[[list[bool]], list[bool]] | None = None,
-    ledger: FitLedger | None = None,
-) -> Measured:
-    """Run every part of the stage that applies; a part that fails becomes a note.
+) -> None:
+    """Run every part of the stage that applies, into ``out``; a part that fails becomes a note.
 
-    ``agree`` makes the plan (probe the loader? run the trials?) the same on every rank: a part that
-    one rank wants runs on all of them, so no rank waits long for another at the next collective."""
-    out = Measured()
+    It reads the evidence so far (this rank's summary, the always-on timing, the run's configuration, the fit
+    ledger) and fills what it measures: ``run_length``, ``contention``, ``window_check``, ``loader_ladder``,
+    ``trials``, ``fit_probes`` and ``notes``. ``agree`` makes the plan (probe the loader? run the trials?) the same
+    on every rank: a part that one rank wants runs on all of them, so no rank waits long for another at the next
+    collective."""
+    summary = out.summaries[0] if out.summaries else None
+    timing, ledger, cfg = out.timing, out.ledger, out.config or RunConfig()
     try:
         out.run_length = run_length(trainer)
     except Exception as err:
@@ -272,7 +259,7 @@ def measure(
         out.contention = assess(cpu_start, cpu_end)
     if summary is not None:
         out.window_check = window_check(summary, outside_ms, out.contention)
-    wait, stall = input_shares(summary, timing, out.run_length, num_workers, persistent_workers)
+    wait, stall = input_shares(summary, timing, out.run_length, cfg.num_workers, cfg.persistent_workers)
     wants_probe = options.probe_loader and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM
     wants_val = options.probe_loader and wants_val_probe(ledger)
     wants_trial = batch is not None and wants_trials(summary)
@@ -289,13 +276,12 @@ def measure(
     probe, trials, val_probe = agree(plan) if agree is not None else plan
     if probe:
         out.loader_ladder = _probe(
-            trainer, options, _consumption_rate(summary, batch_size), out.notes, pl_module, batch_idx
+            trainer, options, _consumption_rate(summary, cfg.batch_size), out.notes, pl_module, batch_idx
         )
     if trials and batch is not None:
         out.trials = _trials(trainer, pl_module, batch, batch_idx, options, out.notes)
     out.fit_probes = fit_probes(trainer, options, val_probe)
     out.notes += out.fit_probes.notes
-    return out
 
 
 def wants_val_probe(ledger: FitLedger | None) -> bool:
