@@ -47,7 +47,7 @@ from lightning_bottleneck.rules.loader_plan import (
     plan_loader,
     step_cores_from_window,
 )
-from lightning_bottleneck.rules.shares import Verdict, mixed_precision_open
+from lightning_bottleneck.rules.shares import Verdict, best_bucket, margin, mixed_precision_open
 from lightning_bottleneck.stats import median
 
 __all__ = [
@@ -212,9 +212,8 @@ class Ranking:
 
     @property
     def primary(self) -> Category:
-        savings = self.bucket_savings()
-        positive = {k: v for k, v in savings.items() if v > 0}
-        return Category(max(positive, key=lambda k: positive[k])) if positive else Category.UNKNOWN
+        """The verdict (:func:`~lightning_bottleneck.rules.shares.best_bucket`) over the best fix of each bucket."""
+        return best_bucket(self.bucket_savings())
 
     def top_two_ratio(self) -> float | None:
         ordered = sorted(self.bucket_savings().values(), reverse=True)
@@ -793,16 +792,12 @@ def confidence(
     trace's timing had to be repaired.
     """
     savings = ranking.bucket_savings()
-    positive = sorted((v for v in savings.values() if v > 0), reverse=True)
-    if not positive:
+    if not any(v > 0 for v in savings.values()):
         return T.UNKNOWN_CONFIDENCE_MAX, []
-    top = positive[0]
-    second = positive[1] if len(positive) > 1 else 0.0
-    margin = top / (top + second)
     window = min(1.0, steps_profiled / T.CONFIDENT_STEPS) if from_trace else 0.6
     if ranking.primary == Category.REST_OF_FIT:
         window = 1.0  # its evidence is the ledger of the whole fit, not the profiled window
-    conf = margin * window
+    conf = margin(savings) * window
     notes: list[str] = []
     if step_samples_ms and len(step_samples_ms) >= 3:
         s = sorted(step_samples_ms)

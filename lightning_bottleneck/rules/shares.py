@@ -129,6 +129,24 @@ def mixed_precision_open(evidence: Evidence) -> bool:
     return True
 
 
+def best_bucket(savings: dict[str, float]) -> Category:
+    """The verdict, defined once: the bucket whose fix saves the most (``savings``: bucket -> saving, any unit);
+    ``unknown`` when nothing saves anything. :func:`choose_primary` feeds it the share rules' estimates, the
+    ranking (:attr:`~lightning_bottleneck.rules.ranking.Ranking.primary`) every candidate's time saved."""
+    positive = {k: v for k, v in savings.items() if v > 0}
+    return Category(max(positive, key=lambda k: positive[k])) if positive else Category.UNKNOWN
+
+
+def margin(savings: dict[str, float]) -> float:
+    """How far the best bucket's saving stands above the second's: ``top / (top + second)``, 0.5 (a tie) to 1.0
+    (alone); the base of every confidence."""
+    ordered = sorted((v for v in savings.values() if v > 0), reverse=True)
+    if not ordered:
+        return 0.5
+    top, second = ordered[0], (ordered[1] if len(ordered) > 1 else 0.0)
+    return top / (top + second)
+
+
 def choose_primary(
     breakdown: dict[str, float], evidence: Evidence | None = None
 ) -> tuple[Category, dict[str, float]]:
@@ -141,21 +159,14 @@ def choose_primary(
         share = breakdown.get(str(rule.share), 0.0)
         if share >= rule.medium:
             savings[rule.category.value] = share * recoverable[rule.category.value]
-    if not savings:
-        return Category.UNKNOWN, savings
-    best = max(savings, key=lambda k: savings[k])
-    return Category(best), savings
+    return best_bucket(savings), savings
 
 
 def confidence_of(savings: dict[str, float], steps_profiled: int, from_trace: bool) -> float:
     if not savings:
         return T.UNKNOWN_CONFIDENCE_MAX
-    ordered = sorted(savings.values(), reverse=True)
-    top = ordered[0]
-    second = ordered[1] if len(ordered) > 1 else 0.0
-    margin = top / (top + second) if top + second > 0 else 0.5  # 0.5 (tie) .. 1.0 (alone)
     window = min(1.0, steps_profiled / T.CONFIDENT_STEPS) if from_trace else 0.6
-    return round(max(0.05, min(0.99, margin * window)), 3)
+    return round(max(0.05, min(0.99, margin(savings) * window)), 3)
 
 
 def summary_findings(summary: TraceSummary) -> list[Finding]:
