@@ -25,12 +25,8 @@ from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, L
 from lightning_bottleneck.measure.loader_probe import STEP_ALONE_STEPS, probe_loader
 from lightning_bottleneck.measure.trials import restored_trial_step
 from lightning_bottleneck.report import Recommendation
-from lightning_bottleneck.rules.loader_plan import (
-    COVER_MARGIN,
-    consumption_rate,
-    plan_from_timing,
-    plan_loader,
-)
+from lightning_bottleneck.rules.loader_pace import COVER_MARGIN, consumption_rate
+from lightning_bottleneck.rules.loader_plan import plan_from_timing, plan_loader
 
 from conftest import quiet_trainer
 

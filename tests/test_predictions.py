@@ -18,13 +18,8 @@ from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, L
 from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 from lightning_bottleneck.measure.contention import assess
 from lightning_bottleneck.report import Recommendation
-from lightning_bottleneck.rules.loader_plan import (
-    MEASURED_GAIN_MIN,
-    STEP_SPREAD_MAX,
-    plan_from_timing,
-    plan_loader,
-    step_cores_from_window,
-)
+from lightning_bottleneck.rules.loader_pace import MEASURED_GAIN_MIN, STEP_SPREAD_MAX, step_cores_from_window
+from lightning_bottleneck.rules.loader_plan import plan_from_timing, plan_loader
 
 from conftest import fit_scenario
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from lightning_bottleneck.evidence import RunConfig
 from lightning_bottleneck.report import Recommendation
-from lightning_bottleneck.rules.loader_plan import COVER_MARGIN, LoaderAdvice, LoaderChange, LoaderPlan
+from lightning_bottleneck.rules.loader_pace import COVER_MARGIN
+from lightning_bottleneck.rules.loader_plan import LoaderAdvice, LoaderChange, LoaderPlan
 
 __all__ = ["loader_recommendation", "loader_recommendations"]
 

@@ -14,11 +14,8 @@ from lightning_bottleneck.categories import (
 )
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.rules.candidates import Candidate, Ranking, RunAccount, estimate, share_of
-from lightning_bottleneck.rules.loader_plan import (
-    plan_from_timing,
-    plan_loader,
-    step_cores_from_window,
-)
+from lightning_bottleneck.rules.loader_pace import step_cores_from_window
+from lightning_bottleneck.rules.loader_plan import plan_from_timing, plan_loader
 from lightning_bottleneck.stats import median
 
 
