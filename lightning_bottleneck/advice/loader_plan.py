@@ -1,5 +1,5 @@
 """The loader rule's choice in words: one :class:`~lightning_bottleneck.report.Recommendation` per
-:class:`~lightning_bottleneck.rules.loader_plan.LoaderChange`, with its title, detail and a copy-pasteable
+:class:`~lightning_bottleneck.rules.loader_choice.LoaderChange`, with its title, detail and a copy-pasteable
 ``DataLoader(...)`` line. Pure; it decides nothing: the settings and the speed-up are the rule's.
 
 Example::
@@ -15,8 +15,8 @@ from typing import Any
 
 from lightning_bottleneck.evidence import RunConfig
 from lightning_bottleneck.report import Recommendation
+from lightning_bottleneck.rules.loader_choice import LoaderAdvice, LoaderChange, LoaderPlan
 from lightning_bottleneck.rules.loader_pace import COVER_MARGIN
-from lightning_bottleneck.rules.loader_plan import LoaderAdvice, LoaderChange, LoaderPlan
 
 __all__ = ["loader_recommendation", "loader_recommendations"]
 

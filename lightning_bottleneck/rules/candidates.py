@@ -13,9 +13,7 @@ from lightning_bottleneck.categories import (
     Provenance,
     Share,
 )
-from lightning_bottleneck.rules.loader_plan import (
-    LoaderPlan,
-)
+from lightning_bottleneck.rules.loader_choice import LoaderPlan
 from lightning_bottleneck.rules.shares import best_bucket
 
 #: Trial levers, by the setting they change (the first key of ``TrialResult.settings``), and the bucket

@@ -22,12 +22,12 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.rules.loader_choice import LoaderAdvice, LoaderChange, LoaderPlan
 from lightning_bottleneck.rules.loader_pace import (
     CONTENDED_STEP_CORES,
     DEFAULT_STEP_CORES,
@@ -53,93 +53,6 @@ from lightning_bottleneck.rules.loader_pace import (
     usable_rungs,
 )
 from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM
-
-
-class LoaderAdvice(str, Enum):
-    """Which loader change the rule chose: each is worded once, in :mod:`lightning_bottleneck.advice.loader_plan`."""
-
-    CHEAPER_SAMPLES = (
-        "cheaper_samples"  # no setting covers the model: make samples cheaper (settings: interim)
-    )
-    WORKERS_TIMED = "workers_timed_with_step"  # a worker count timed with the training step beat the current
-    WORKERS_SHORT = "workers_short_of_model"  # the fastest worker count measured, still short of the model
-    NO_WORKERS = "no_workers"  # in-process loading beats workers that restart every epoch
-    WORKERS_COVER = "workers_cover"  # the smallest worker count that covers the model
-    PERSISTENT = "persistent_workers"  # keep the workers alive between epochs
-    PREFETCH = "prefetch_factor"  # a larger prefetch measured faster
-
-    @property
-    def lever(self) -> str:
-        """The stable id the ranking's candidate and the advice's recommendation are joined by."""
-        return f"loader:{self.value}"
-
-
-@dataclass
-class LoaderChange:
-    """One loader change the rule chose, with its predicted whole-epoch speed-up and the measured facts that the
-    advice words (names as on :class:`~lightning_bottleneck.report.Recommendation` where they mean the same)."""
-
-    advice: LoaderAdvice
-    settings: dict[str, Any]
-    expected_speedup: float | None
-    evidence: dict[str, Any]
-    expected_speedup_range: tuple[float, float] | None = None
-    uncertainty: str = ""
-    workers_now: int = 0
-    workers_new: int = 0
-    chosen_label: str = ""  # the chosen rung ("num_workers=4, prefetch_factor=2")
-    chosen_samples_per_s: float = 0.0
-    # the current setting's rate timed with the step (None: not timed with the step)
-    current_samples_per_s: float | None = None
-    consumption_samples_per_s: float | None = None
-    cpus: int = 1
-    bound: str = ""
-    ceiling_samples_per_s: float = 0.0
-    usable_cpus: int | None = None
-    stall_now_s: float = 0.0
-    epoch_now_s: float = 0.0
-
-    @property
-    def lever(self) -> str:
-        return self.advice.lever
-
-
-@dataclass
-class LoaderPlan:
-    """What :func:`plan_loader` decided and why (changes first; empty means: leave the loader)."""
-
-    changes: list[LoaderChange] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    covered: bool | None = None  # some measured setting covers consumption (None: not judged)
-    ceiling_samples_per_s: float | None = None
-    predicted_step_s: float | None = None
-    expected_speedup: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "changes": [
-                {
-                    "advice": c.advice.value,
-                    "settings": dict(c.settings),
-                    "expected_speedup": c.expected_speedup,
-                }
-                for c in self.changes
-            ],
-            "notes": list(self.notes),
-            "covered": self.covered,
-            "ceiling_samples_per_s": self.ceiling_samples_per_s,
-            "predicted_step_s": self.predicted_step_s,
-            "expected_speedup": self.expected_speedup,
-        }
-
-    def __str__(self) -> str:
-        if not self.changes:
-            head = "LoaderPlan: leave the DataLoader as it is"
-        else:
-            c = self.changes[0]
-            speed = f", expected {c.expected_speedup:.2f}x" if c.expected_speedup else ""
-            head = f"LoaderPlan: {c.advice.value} {c.settings}{speed}"
-        return "\n".join([head] + [f"  note: {n}" for n in self.notes])
 
 
 def plan_loader(
@@ -184,115 +97,33 @@ def plan_loader(
             workers took 0.32 s to start in a 1 s advised fit); None counts it as nothing.
     """
     plan = LoaderPlan()
-    k = DEFAULT_STEP_CORES if step_cores is None else max(0.0, step_cores)
     if ladder.skipped or not ladder.rungs:
         plan.notes += ladder.notes or ["The loader was not measured: no loader advice."]
         return plan
-    bs = ladder.batch_size or current.batch_size or 1
-    w_now = current.num_workers or 0
-    persistent_now = bool(current.persistent_workers) and w_now > 0
-    rung_now = rung_for(ladder, w_now, current.prefetch_factor)
-
-    stall_now = 0.0
-    if w_now > 0 and not persistent_now:
-        if epoch_start_stall_s is not None:
-            stall_now = max(0.0, epoch_start_stall_s)
-        elif rung_now is not None:
-            stall_now = rung_now.startup_s
-    once_now = once_per_fit(rung_now.startup_s if persistent_now and rung_now else 0.0, epochs)
-    epoch_now = epoch_s(steps_per_epoch, step_s, stall_now)
-    stall_share = stall_now / epoch_now if epoch_now > 0 else 0.0
+    now = _now(ladder, current, step_s, steps_per_epoch, epoch_start_stall_s, step_cores, epochs)
     steady_input = data_wait_share >= INPUT_SHARE_MEDIUM
-    stall_costly = stall_share >= PERSISTENT_STARTUP_SHARE_MIN and steps_per_epoch is not None
+    stall_costly = now.stall_share >= PERSISTENT_STARTUP_SHARE_MIN and steps_per_epoch is not None
     if not steady_input and not stall_costly:
         plan.notes.append(
             f"No loader advice: the data wait is {data_wait_share:.0%} of the step (below "
-            f"{INPUT_SHARE_MEDIUM:.0%}) and worker start-up costs {stall_share:.0%} of an epoch."
+            f"{INPUT_SHARE_MEDIUM:.0%}) and worker start-up costs {now.stall_share:.0%} of an epoch."
         )
         return plan
-
     consumption = (
         consumption_samples_per_s if consumption_samples_per_s and consumption_samples_per_s > 0 else None
     )
-    plan.ceiling_samples_per_s = round(ladder.ceiling_samples_per_s, 3)
-    chosen: Rung | None = None
-    covers_now = rung_now is not None and consumption is not None and covers(rung_now, consumption)
-    # Worker counts timed with the training step (CPU model, CPU-bound loading): what the run gets, measured.
-    trained_now = ladder.in_training_rung(w_now) if shares_cores(current, ladder) else None
-    if steady_input and consumption is not None and not covers_now and trained_now is not None:
-        plan.covered = any(covers(r, consumption) for r in ladder.rungs)
-        chosen = pick_in_training(ladder, trained_now, plan.notes)
-    elif steady_input and consumption is not None and not covers_now:
-        usable = usable_rungs(ladder, current, w_now, plan.notes, k, step_cores is not None)
-        covering = sorted(
-            (r for r in usable if covers(r, consumption) and shares_cores_well(r, current, ladder, k)),
-            key=lambda r: (r.num_workers, r.prefetch_factor or 0),
-        )
-        plan.covered = bool(covering)
-        if covering:
-            chosen = covering[0]
-        else:
-            chosen = min(usable, key=lambda r: per_sample_s(r, consumption, current, ladder, k))
-        plain = ladder.rung(chosen.num_workers, current.prefetch_factor or 2) if chosen.num_workers else None
-        if plain is not None and chosen.samples_per_s < plain.samples_per_s * MEASURED_GAIN_MIN:
-            chosen = plain  # a larger prefetch_factor only when it measured clearly faster
-        if (
-            chosen is not None
-            and rung_now is not None
-            and chosen is not rung_now
-            and (w_now > 0 or shares_cores(current, ladder))  # else judged in training just below
-            and chosen.samples_per_s < rung_now.samples_per_s * MEASURED_GAIN_MIN
-        ):
-            plan.notes.append(
-                f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s, not clearly faster than "
-                f"the current {rung_now.samples_per_s:.0f}: not advised."
-            )
-            chosen = None
-        if chosen is rung_now:
-            chosen = None
-        if chosen is not None and rung_now is not None and chosen.num_workers != w_now:
-            # the prediction for the run as it trains (the step holds k cores) must clear the same bar
-            gain = per_sample_s(rung_now, consumption, current, ladder, k) / per_sample_s(
-                chosen, consumption, current, ladder, k
-            )
-            if gain < MEASURED_GAIN_MIN:
-                plan.notes.append(
-                    f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s with the loader alone, but "
-                    f"in training (the step keeps {k:.1f} of {usable_cpu_count(current, ladder)} CPU(s) busy) it is "
-                    f"predicted at {gain:.2f}x, under {MEASURED_GAIN_MIN:.2f}x: not advised."
-                )
-                chosen = None
-    elif covers_now:
-        plan.covered = True
-        if steady_input and rung_now is not None and consumption is not None:
-            plan.notes.append(
-                f"The loader alone delivers {rung_now.samples_per_s:.0f} samples/s at num_workers={w_now}, above "
-                f"the model's {consumption:.0f}: the steady data wait comes from elsewhere (start-up, contention)."
-            )
-
-    if chosen is None and stall_costly and w_now > 0 and not persistent_now and consumption is not None:
-        chosen = in_process_instead(
-            ladder, rung_now, typical_consumption_samples_per_s or consumption, bs, step_s, current, k,
-            steps_per_epoch, stall_now, epochs, plan.notes,
-        )  # fmt: skip
-        if chosen is not None:
-            # predicted from the loader alone (no worker count timed with the step applies)
-            trained_now = None
-
-    settings: dict[str, Any] = {}
-    if chosen is not None:
-        if chosen.num_workers != w_now:
-            settings["num_workers"] = chosen.num_workers
-        if chosen.num_workers > 0 and chosen.prefetch_factor not in (None, current.prefetch_factor or 2):
-            settings["prefetch_factor"] = chosen.prefetch_factor
-    w_new = chosen.num_workers if chosen is not None else w_now
-    startup_new = chosen.startup_s if chosen is not None else (rung_now.startup_s if rung_now else stall_now)
     typical = typical_consumption_samples_per_s or consumption
+    plan.ceiling_samples_per_s = round(ladder.ceiling_samples_per_s, 3)
+    chosen, trained_now = _choose(now, plan, consumption, typical, steady_input, stall_costly)
+    settings = _settings(now, chosen)
+    # the prediction: the new step, and the new epoch with its start-up, against the current epoch
+    w_new = chosen.num_workers if chosen is not None else now.workers
+    startup_new = chosen.startup_s if chosen is not None else (now.rung.startup_s if now.rung else now.stall)
     if trained_now is not None and chosen is not None:  # measured with the step: the rates' ratio
         step_new = step_s * trained_now.samples_per_s / chosen.samples_per_s
     else:
-        step_new = predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder, k)
-    if w_new > 0 and not persistent_now:
+        step_new = predicted_step_s(chosen, now.rung, typical, now.batch, step_s, current, ladder, now.k)
+    if w_new > 0 and not now.persistent:
         epoch_guess = epoch_s(steps_per_epoch, step_new, 0.0)
         if steps_per_epoch is None:
             # epoch length unknown: bundle it with a worker change (free), never advise it alone
@@ -302,18 +133,17 @@ def plan_loader(
             settings["persistent_workers"] = True
     if settings and w_new > 0 and current.accelerator == "cuda" and not current.pin_memory:
         settings["pin_memory"] = True
-
-    stall_new = 0.0 if (w_new == 0 or persistent_now or settings.get("persistent_workers")) else startup_new
-    if w_new > 0 and (persistent_now or settings.get("persistent_workers")):
+    stall_new = 0.0 if (w_new == 0 or now.persistent or settings.get("persistent_workers")) else startup_new
+    if w_new > 0 and (now.persistent or settings.get("persistent_workers")):
         # workers that persist start once per fit: that start-up, spread over the fit's epochs, against the
         # current one's (when they persist too)
-        stall_new = max(0.0, once_per_fit(startup_new, epochs) - once_now)
+        stall_new = max(0.0, once_per_fit(startup_new, epochs) - now.once)
     epoch_new = epoch_s(steps_per_epoch, step_new, stall_new)
-    speedup = epoch_now / epoch_new if epoch_new > 0 and settings else None
+    speedup = now.epoch / epoch_new if epoch_new > 0 and settings else None
     plan.predicted_step_s = round(step_new, 6)
     plan.expected_speedup = None if speedup is None else round(speedup, 3)
-    evidence = loader_evidence(ladder, consumption, step_s, step_new, stall_now, steps_per_epoch)
-    evidence["step_cores"] = round(k, 3)
+    evidence = loader_evidence(ladder, consumption, step_s, step_new, now.stall, steps_per_epoch)
+    evidence["step_cores"] = round(now.k, 3)
     evidence["step_cores_measured"] = step_cores is not None
     if trained_now is not None:
         evidence["in_training_samples_per_s"] = {
@@ -321,9 +151,214 @@ def plan_loader(
             for w in sorted({r.num_workers for r in ladder.in_training})
             if (r := ladder.in_training_rung(w)) is not None
         }
-    spread: tuple[float, float] | None = None
-    uncertainty = ""
-    if speedup is not None and chosen is not None and trained_now is not None:
+    spread, uncertainty = (None, "")
+    if speedup is not None and chosen is not None:
+        spread, uncertainty = _range(
+            now, chosen, trained_now, speedup, stall_new, consumption, typical, back_to_back_samples_per_s
+        )
+    change = LoaderChange(
+        advice=LoaderAdvice.CHEAPER_SAMPLES,
+        settings=settings,
+        expected_speedup=plan.expected_speedup,
+        evidence=evidence,
+        expected_speedup_range=spread,
+        uncertainty=uncertainty,
+        workers_now=now.workers,
+        workers_new=w_new,
+        chosen_label=chosen.label if chosen is not None else "",
+        chosen_samples_per_s=chosen.samples_per_s if chosen is not None else 0.0,
+        current_samples_per_s=trained_now.samples_per_s if trained_now is not None else None,
+        consumption_samples_per_s=consumption,
+        cpus=usable_cpu_count(current, ladder),
+        bound=ladder.bound,
+        ceiling_samples_per_s=ladder.ceiling_samples_per_s,
+        usable_cpus=ladder.usable_cpus,
+        stall_now_s=now.stall,
+        epoch_now_s=now.epoch,
+    )
+    if plan.covered is False and ladder.bound == BOUND_CPU:
+        plan.changes.append(
+            change
+        )  # no setting covers the model: cheaper samples first, the settings meanwhile
+        return plan
+    if settings:
+        change.advice = _advice_kind(settings, timed=trained_now is not None and chosen is not None,
+                                     short=plan.covered is False)  # fmt: skip
+        plan.changes.append(change)
+    return plan
+
+
+@dataclass(frozen=True)
+class _Now:
+    """The run's current loader setting and what it costs: the rule's baseline."""
+
+    ladder: LoaderLadder
+    current: RunConfig
+    k: float  # cores the training step keeps busy
+    k_measured: bool  # k was measured (else DEFAULT_STEP_CORES, assumed)
+    batch: int
+    workers: int
+    persistent: bool
+    rung: Rung | None  # the ladder's rung for the current setting
+    stall: float  # seconds of worker start-up per epoch (restarting workers)
+    once: float  # persistent workers' one start-up, per epoch of the fit
+    epoch: float  # seconds per epoch (per step when the epoch's length is unknown)
+    stall_share: float
+    step_s: float
+    steps_per_epoch: int | None
+    epochs: float | None
+
+
+def _now(
+    ladder: LoaderLadder,
+    current: RunConfig,
+    step_s: float,
+    steps_per_epoch: int | None,
+    epoch_start_stall_s: float | None,
+    step_cores: float | None,
+    epochs: float | None,
+) -> _Now:
+    workers = current.num_workers or 0
+    persistent = bool(current.persistent_workers) and workers > 0
+    rung = rung_for(ladder, workers, current.prefetch_factor)
+    stall = 0.0
+    if workers > 0 and not persistent:
+        if epoch_start_stall_s is not None:
+            stall = max(0.0, epoch_start_stall_s)
+        elif rung is not None:
+            stall = rung.startup_s
+    epoch = epoch_s(steps_per_epoch, step_s, stall)
+    return _Now(
+        ladder=ladder,
+        current=current,
+        k=DEFAULT_STEP_CORES if step_cores is None else max(0.0, step_cores),
+        k_measured=step_cores is not None,
+        batch=ladder.batch_size or current.batch_size or 1,
+        workers=workers,
+        persistent=persistent,
+        rung=rung,
+        stall=stall,
+        once=once_per_fit(rung.startup_s if persistent and rung else 0.0, epochs),
+        epoch=epoch,
+        stall_share=stall / epoch if epoch > 0 else 0.0,
+        step_s=step_s,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+    )
+
+
+def _choose(
+    now: _Now,
+    plan: LoaderPlan,
+    consumption: float | None,
+    typical: float | None,
+    steady_input: bool,
+    stall_costly: bool,
+) -> tuple[Rung | None, Rung | None]:
+    """The rung to advise (None: leave the worker count) and the current setting's timing with the step (None
+    when the choice was not made from timings with the step); sets ``plan.covered``, notes what it rejected."""
+    ladder, current, k, w_now, rung_now = now.ladder, now.current, now.k, now.workers, now.rung
+    chosen: Rung | None = None
+    covers_now = rung_now is not None and consumption is not None and covers(rung_now, consumption)
+    # Worker counts timed with the training step (CPU model, CPU-bound loading): what the run gets, measured.
+    trained_now = ladder.in_training_rung(w_now) if shares_cores(current, ladder) else None
+    if steady_input and consumption is not None and not covers_now and trained_now is not None:
+        plan.covered = any(covers(r, consumption) for r in ladder.rungs)
+        chosen = pick_in_training(ladder, trained_now, plan.notes)
+    elif steady_input and consumption is not None and not covers_now:
+        chosen = _choose_from_the_loader_alone(now, plan, consumption)
+    elif covers_now:
+        plan.covered = True
+        if steady_input and rung_now is not None and consumption is not None:
+            plan.notes.append(
+                f"The loader alone delivers {rung_now.samples_per_s:.0f} samples/s at num_workers={w_now}, above "
+                f"the model's {consumption:.0f}: the steady data wait comes from elsewhere (start-up, contention)."
+            )
+    if chosen is None and stall_costly and w_now > 0 and not now.persistent and consumption is not None:
+        chosen = in_process_instead(
+            ladder, rung_now, typical or consumption, now.batch, now.step_s, current, k,
+            now.steps_per_epoch, now.stall, now.epochs, plan.notes,
+        )  # fmt: skip
+        if chosen is not None:
+            # predicted from the loader alone (no worker count timed with the step applies)
+            trained_now = None
+    return chosen, trained_now
+
+
+def _choose_from_the_loader_alone(now: _Now, plan: LoaderPlan, consumption: float) -> Rung | None:
+    """The smallest rung that covers the model on the cores the step leaves (else the fastest), if it measured
+    (and, in training, is predicted) clearly faster than the current one."""
+    ladder, current, k, w_now, rung_now = now.ladder, now.current, now.k, now.workers, now.rung
+    usable = usable_rungs(ladder, current, w_now, plan.notes, k, now.k_measured)
+    covering = sorted(
+        (r for r in usable if covers(r, consumption) and shares_cores_well(r, current, ladder, k)),
+        key=lambda r: (r.num_workers, r.prefetch_factor or 0),
+    )
+    plan.covered = bool(covering)
+    chosen: Rung | None = (
+        covering[0]
+        if covering
+        else min(usable, key=lambda r: per_sample_s(r, consumption, current, ladder, k))
+    )
+    assert chosen is not None
+    plain = ladder.rung(chosen.num_workers, current.prefetch_factor or 2) if chosen.num_workers else None
+    if plain is not None and chosen.samples_per_s < plain.samples_per_s * MEASURED_GAIN_MIN:
+        chosen = plain  # a larger prefetch_factor only when it measured clearly faster
+    if (
+        rung_now is not None
+        and chosen is not rung_now
+        and (w_now > 0 or shares_cores(current, ladder))  # else judged in training just below
+        and chosen.samples_per_s < rung_now.samples_per_s * MEASURED_GAIN_MIN
+    ):
+        plan.notes.append(
+            f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s, not clearly faster than "
+            f"the current {rung_now.samples_per_s:.0f}: not advised."
+        )
+        return None
+    if chosen is rung_now:
+        return None
+    if rung_now is not None and chosen.num_workers != w_now:
+        # the prediction for the run as it trains (the step holds k cores) must clear the same bar
+        gain = per_sample_s(rung_now, consumption, current, ladder, k) / per_sample_s(
+            chosen, consumption, current, ladder, k
+        )
+        if gain < MEASURED_GAIN_MIN:
+            plan.notes.append(
+                f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s with the loader alone, but "
+                f"in training (the step keeps {k:.1f} of {usable_cpu_count(current, ladder)} CPU(s) busy) it is "
+                f"predicted at {gain:.2f}x, under {MEASURED_GAIN_MIN:.2f}x: not advised."
+            )
+            return None
+    return chosen
+
+
+def _settings(now: _Now, chosen: Rung | None) -> dict[str, Any]:
+    """The DataLoader arguments that move the current setting to ``chosen`` (persistent workers and pinned
+    memory are added by the prediction, which knows what start-up costs)."""
+    settings: dict[str, Any] = {}
+    if chosen is not None:
+        if chosen.num_workers != now.workers:
+            settings["num_workers"] = chosen.num_workers
+        if chosen.num_workers > 0 and chosen.prefetch_factor not in (None, now.current.prefetch_factor or 2):
+            settings["prefetch_factor"] = chosen.prefetch_factor
+    return settings
+
+
+def _range(
+    now: _Now,
+    chosen: Rung,
+    trained_now: Rung | None,
+    speedup: float,
+    stall_new: float,
+    consumption: float | None,
+    typical: float | None,
+    back_to_back: float | None,
+) -> tuple[tuple[float, float] | None, str]:
+    """A measured range around the point and why, when the measurements disagree by more than a 20%
+    prediction allows; ``(None, "")`` for a point."""
+    ladder, current, k, spe = now.ladder, now.current, now.k, now.steps_per_epoch
+    step_s, bs = now.step_s, now.batch
+    if trained_now is not None:
         lo, hi = current_spread(ladder, trained_now)
         new_lo, new_hi = current_spread(ladder, chosen)
         if (
@@ -334,97 +369,60 @@ def plan_loader(
             # a setting's two timings moved more than a 20% prediction allows: the speed-up is given as the
             # range between the chosen's slower timing against the current's faster, and the other way round
             ends = [
-                epoch_now / epoch_s(steps_per_epoch, step_s * rate / new, stall_new)
+                now.epoch / epoch_s(spe, step_s * rate / new, stall_new)
                 for rate, new in ((hi, new_lo), (lo, new_hi))
             ]
-            spread = (round(min(ends[0], speedup), 3), round(max(ends[1], speedup), 3))
             moved = [
                 f"num_workers={w} {b / a - 1:.0%}"
-                for w, a, b in ((w_now, lo, hi), (chosen.num_workers, new_lo, new_hi))
+                for w, a, b in ((now.workers, lo, hi), (chosen.num_workers, new_lo, new_hi))
                 if b > a * IN_TRAINING_NOISE_MAX
             ]
-            uncertainty = (
+            return (round(min(ends[0], speedup), 3), round(max(ends[1], speedup), 3)), (
                 f"the two timings with the step of {' and '.join(moved)} apart "
                 "(the machine's speed moved while it was measured)"
             )
-    elif (
-        speedup is not None
-        and chosen is not None
-        and trained_now is None
-        and contended(chosen, current, ladder, k)
-    ):
+        return None, ""
+    if contended(chosen, current, ladder, k):
         # workers need cores the step holds: the low end has the step lose CONTENDED_STEP_CORES to them
         worst = predicted_step_s(
-            chosen, rung_now, typical, bs, step_s, current, ladder, k + CONTENDED_STEP_CORES
+            chosen, now.rung, typical, bs, step_s, current, ladder, k + CONTENDED_STEP_CORES
         )
-        low = epoch_now / epoch_s(steps_per_epoch, worst, stall_new) if worst > 0 else speedup
-        spread = (round(min(low, speedup), 3), round(speedup, 3))
-        uncertainty = (
+        low = now.epoch / epoch_s(spe, worst, stall_new) if worst > 0 else speedup
+        return (round(min(low, speedup), 3), round(speedup, 3)), (
             f"{chosen.num_workers} worker(s) and a step that keeps {k:.1f} core(s) busy share "
             f"{usable_cpu_count(current, ladder)} CPU(s)"
         )
-
-    fastest = max(consumption or 0.0, back_to_back_samples_per_s or 0.0)
-    if (
-        spread is None
-        and speedup is not None
-        and chosen is not None
-        and trained_now is None
-        and typical is not None
-        and fastest > typical
-    ):
-        fast = predicted_step_s(chosen, rung_now, fastest, bs, step_s, current, ladder, k)
-        high = epoch_now / epoch_s(steps_per_epoch, fast, stall_new) if fast > 0 else speedup
-        if high > speedup * STEP_SPREAD_MAX:
-            spread = (round(speedup, 3), round(high, 3))
-            quick = (
-                f"{bs / consumption * 1e3:.1f} ms (the fastest quarter)"
-                if consumption and consumption >= fastest
-                else f"{bs / fastest * 1e3:.1f} ms (the same step timed back-to-back, no loading between)"
-            )
-            uncertainty = (
-                f"this run's own steps took {bs / typical * 1e3:.1f} ms (median) but {quick} without the data "
-                f"wait; which of them the step runs at once {chosen.label} does the loading was not measured"
-            )
-    change = LoaderChange(
-        advice=LoaderAdvice.CHEAPER_SAMPLES,
-        settings=settings,
-        expected_speedup=plan.expected_speedup,
-        evidence=evidence,
-        expected_speedup_range=spread,
-        uncertainty=uncertainty,
-        workers_now=w_now,
-        workers_new=w_new,
-        chosen_label=chosen.label if chosen is not None else "",
-        chosen_samples_per_s=chosen.samples_per_s if chosen is not None else 0.0,
-        current_samples_per_s=trained_now.samples_per_s if trained_now is not None else None,
-        consumption_samples_per_s=consumption,
-        cpus=usable_cpu_count(current, ladder),
-        bound=ladder.bound,
-        ceiling_samples_per_s=ladder.ceiling_samples_per_s,
-        usable_cpus=ladder.usable_cpus,
-        stall_now_s=stall_now,
-        epoch_now_s=epoch_now,
+    fastest = max(consumption or 0.0, back_to_back or 0.0)
+    if typical is None or fastest <= typical:
+        return None, ""
+    fast = predicted_step_s(chosen, now.rung, fastest, bs, step_s, current, ladder, k)
+    high = now.epoch / epoch_s(spe, fast, stall_new) if fast > 0 else speedup
+    if high <= speedup * STEP_SPREAD_MAX:
+        return None, ""
+    quick = (
+        f"{bs / consumption * 1e3:.1f} ms (the fastest quarter)"
+        if consumption and consumption >= fastest
+        else f"{bs / fastest * 1e3:.1f} ms (the same step timed back-to-back, no loading between)"
     )
-    if plan.covered is False and ladder.bound == BOUND_CPU:
-        plan.changes.append(change)
-        return plan
-    if not settings:
-        return plan
-    if "num_workers" in settings and trained_now is not None and chosen is not None:
-        change.advice = LoaderAdvice.WORKERS_TIMED
-    elif "num_workers" in settings and plan.covered is False:
-        change.advice = LoaderAdvice.WORKERS_SHORT
-    elif settings.get("num_workers") == 0:
-        change.advice = LoaderAdvice.NO_WORKERS
-    elif "num_workers" in settings:
-        change.advice = LoaderAdvice.WORKERS_COVER
-    elif "persistent_workers" in settings:
-        change.advice = LoaderAdvice.PERSISTENT
-    else:
-        change.advice = LoaderAdvice.PREFETCH
-    plan.changes.append(change)
-    return plan
+    return (round(speedup, 3), round(high, 3)), (
+        f"this run's own steps took {bs / typical * 1e3:.1f} ms (median) but {quick} without the data "
+        f"wait; which of them the step runs at once {chosen.label} does the loading was not measured"
+    )
+
+
+def _advice_kind(settings: dict[str, Any], *, timed: bool, short: bool) -> LoaderAdvice:
+    """Which change ``settings`` is, for the words: timed with the step, short of the model, ..."""
+    if "num_workers" in settings and timed:
+        return LoaderAdvice.WORKERS_TIMED
+    if "num_workers" in settings and short:
+        return LoaderAdvice.WORKERS_SHORT
+    if settings.get("num_workers") == 0:
+        return LoaderAdvice.NO_WORKERS
+    if "num_workers" in settings:
+        return LoaderAdvice.WORKERS_COVER
+    if "persistent_workers" in settings:
+        return LoaderAdvice.PERSISTENT
+    return LoaderAdvice.PREFETCH
 
 
 def plan_from_timing(
