@@ -20,7 +20,7 @@ from typing import Any
 from lightning_bottleneck.categories import Category, FindingKind
 from lightning_bottleneck.evidence import RunConfig
 from lightning_bottleneck.report import Finding, Recommendation
-from lightning_bottleneck.rules.fit import (
+from lightning_bottleneck.rules.fit_lever import (
     MODEL_CHECKPOINT,
     SELF_LOG,
     TRAINER,
