@@ -27,6 +27,7 @@ from lightning_bottleneck.evidence.contention import CpuSnapshot
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.live.ledger import LiveLedger
 from lightning_bottleneck.live.offload import ChildWorker
+from lightning_bottleneck.live.phase_hooks import set_phase_hooks
 from lightning_bottleneck.live.profiler_window import ProfilerWindow, WindowOptions, worker_name
 from lightning_bottleneck.live.publishing import exit_note, publish
 from lightning_bottleneck.live.run_inspection import memory_stats
@@ -193,12 +194,12 @@ class FitRun:
         self.phase_hooks(force_on=True)
 
     def phase_hooks(self, force_on: bool = False) -> None:
-        """The owner's phase-label hooks run only while the torch profiler runs (``BottleneckCallback.PHASE_HOOKS``);
-        back in place when the fit ends, on every path."""
+        """The owner's phase-label hooks run only while the torch profiler runs (:mod:`.phase_hooks`); back in
+        place when the fit ends, on every path."""
         on = force_on or self.window.prof is not None
         if on != self.phase_hooks_on and self.owner is not None:
             self.phase_hooks_on = on
-            self.owner.phase_hooks(on)
+            set_phase_hooks(self.owner, on)
 
     # ------------------------------------------------------------------ per step (hot path)
     def batch_end(
