@@ -22,7 +22,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 from lightning_bottleneck.advice.loader_plan import loader_recommendations
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.measure.loader_probe import STEP_ALONE_STEPS, probe_loader
+from lightning_bottleneck.measure.loader_probe import probe_loader
+from lightning_bottleneck.measure.loader_with_step import STEP_ALONE_STEPS
 from lightning_bottleneck.measure.trials import restored_trial_step
 from lightning_bottleneck.report import Recommendation
 from lightning_bottleneck.rules.loader_pace import COVER_MARGIN, consumption_rate

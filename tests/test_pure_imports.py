@@ -188,10 +188,14 @@ def test_the_analyze_command_imports_only_what_it_uses(tmp_path: Path) -> None:
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('lightning_bottleneck', 'torch', 'lightning', 'pytorch_lightning'))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert "lightning_bottleneck.diagnose" in loaded  # it did analyse
-    assert not {m for m in loaded if m.startswith(("lightning_bottleneck.measure", "lightning_bottleneck.live"))}
+    assert not {
+        m for m in loaded if m.startswith(("lightning_bottleneck.measure", "lightning_bottleneck.live"))
+    }
     assert not {m for m in loaded if m.split(".")[0] in FRAMEWORKS}
 
 

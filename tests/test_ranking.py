@@ -398,11 +398,11 @@ def test_every_setting_the_trials_can_try_has_a_bucket_and_a_snippet() -> None:
     import torch
 
     from lightning_bottleneck.advice.ranked import TRIAL_SNIPPETS
-    from lightning_bottleneck.measure import trials
+    from lightning_bottleneck.measure import trial_levers
     from lightning_bottleneck.rules.ranking import COMPUTE_LEVERS
 
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(1))
-    levers, _ = trials._levers(conv, torch.randn(2, 3, 8, 8), torch.device("cpu"), "32-true")
+    levers, _ = trial_levers.levers_for(conv, torch.randn(2, 3, 8, 8), torch.device("cpu"), "32-true")
     keys = {next(iter(lever.settings)) for lever in levers}
     assert {"channels_last", "compile"} <= keys
     assert keys <= set(COMPUTE_LEVERS) == set(TRIAL_SNIPPETS)
