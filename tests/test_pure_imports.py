@@ -37,10 +37,11 @@ TOP_LEVEL = {
     "thresholds",
     "stats",
     "atomic_write",
+    "errors",
 }
 #: The layers, bottom first: a module may import its own layer and those below, never one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("categories", "vocabulary", "thresholds", "stats", "atomic_write"),  # shared vocabulary
+    ("categories", "vocabulary", "thresholds", "stats", "atomic_write", "errors"),  # shared vocabulary
     ("report",),  # the report schema: typed results, exactly the JSON written
     ("trace",),  # parsing
     ("analysis",),  # trace -> summaries

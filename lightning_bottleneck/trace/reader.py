@@ -7,7 +7,7 @@ columns plus one slice, not the whole document: a 1 GB trace does not need 10 GB
 
 Both category schemas are accepted (see :data:`~lightning_bottleneck.trace.model.CATEGORY_KINDS`); the
 top-level value may be an object with ``traceEvents`` (Kineto) or a bare array of events (Chrome's "JSON
-Array Format"). Anything else raises :class:`~lightning_bottleneck.trace.errors.TraceError`.
+Array Format"). Anything else raises :class:`~lightning_bottleneck.errors.TraceError`.
 
 Bounded whatever the input: every character is decoded a bounded number of times (the reader is linear in
 its input, whatever the spacing between events), one JSON value may hold at most
@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from lightning_bottleneck.trace.errors import TraceError
+from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.trace.model import CATEGORY_KINDS, EventKind, Trace
 from lightning_bottleneck.trace.time_unit import repair_time_unit
 
