@@ -127,8 +127,6 @@ def test_fail_if_slower_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_report_read_is_the_one_validated_reader(tmp_path: Path) -> None:
     """``Report.read`` (the live side's baseline) and the CLI's reader are one function: a file that is no report
     is a one-line TraceError either way, never a KeyError from deep inside ``from_dict``."""
-    import pytest
-
     from lightning_bottleneck.errors import TraceError
     from lightning_bottleneck.offline import read_report
 
