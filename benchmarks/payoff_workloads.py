@@ -624,10 +624,11 @@ class SamplesPerSecond(pl.Callback):
 
 def _write_loader_plan(trainer: pl.Trainer, loader: DataLoader, out: Path) -> None:
     """Preview of the probe + plan wiring: measure the loader after the fit, plan from the report's timing."""
-    from lightning_bottleneck.advice.loader_plan import COVER_MARGIN, consumption_rate, plan_from_timing
     from lightning_bottleneck.evidence import RunConfig, TimingStats
     from lightning_bottleneck.measure.loader_probe import probe_loader
-    from lightning_bottleneck.output.report import Report
+    from lightning_bottleneck.report import Report
+    from lightning_bottleneck.rules.loader_pace import COVER_MARGIN, consumption_rate
+    from lightning_bottleneck.rules.loader_plan import plan_from_timing
 
     report = Report.read(out / "bottleneck_report.json")
     callback = next(c for c in trainer.callbacks if type(c).__name__ == "BottleneckCallback")  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lightning_bottleneck.categories import Category, Severity
-from lightning_bottleneck.output.report import Finding, Recommendation, Report
+from lightning_bottleneck.report import Finding, Recommendation, Report
 
 __version__ = "0.1.0"
 

@@ -21,6 +21,19 @@ class Category(str, Enum):
         return self.value
 
 
+class Provenance(str, Enum):
+    """How a figure (a saving, a predicted speed-up) was obtained: carried by every candidate fix and every
+    ranked recommendation (its ``method``; ``value`` is what the JSON report carries)."""
+
+    MEASURED = "measured"  # timed on this run: the loader probe, trial steps, the ledger's own timings
+    COMPUTED = "computed"  # arithmetic on measured seconds (the ledger's parts, the trace's phases)
+    ESTIMATED = "estimated"  # a share of the step times a named fraction (thresholds.py), not measured here
+    BOUND = "bound"  # an upper limit only ("up to X"), when the saving could not be measured
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class FindingKind(str, Enum):
     """What a finding is about: a bucket (a :class:`Category` value) or a narrower pattern."""
 

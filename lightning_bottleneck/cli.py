@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_bottleneck.errors import TraceError, one_line
 from lightning_bottleneck.offline import analyze_paths, load_run
 from lightning_bottleneck.output.compare import compare_runs, render_comparison, slower_beyond
-from lightning_bottleneck.trace.errors import TraceError, one_line
 from lightning_bottleneck.trace.reader import path_kind
 
 PROG = "lightning-bottleneck"

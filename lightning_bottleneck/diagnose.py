@@ -10,16 +10,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lightning_bottleneck.advice import advise
+import lightning_bottleneck.thresholds as thresholds
+from lightning_bottleneck.advice.recommend import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
+from lightning_bottleneck.analysis.ledger import ledger_metrics
 from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, TraceSummary
 from lightning_bottleneck.categories import Category, FindingKind, Share
 from lightning_bottleneck.evidence import Evidence
-from lightning_bottleneck.output.report import Finding, RankSummary, Recommendation, Report, StepTime
-from lightning_bottleneck.rules import classify, final_verdict, thresholds
+from lightning_bottleneck.report import Finding, RankSummary, Recommendation, Report, StepTime, ledger_cause
 from lightning_bottleneck.rules.communication import with_communication_evidence
 from lightning_bottleneck.rules.fit import fit_findings
+from lightning_bottleneck.rules.memory_creep import memory_creep_findings
 from lightning_bottleneck.rules.ranking import (
     Ranking,
     busy_machine_notes,
@@ -27,6 +29,7 @@ from lightning_bottleneck.rules.ranking import (
     ranked_verdict,
     tried_findings,
 )
+from lightning_bottleneck.rules.shares import classify, final_verdict
 from lightning_bottleneck.rules.stragglers import (
     RankWork,
     Straggler,
@@ -58,7 +61,7 @@ def diagnose(evidence: Evidence) -> Report:
 
     1. the step time (always-on timing, else the trace's steps) and this rank's breakdown (from its trace
        summary, else from timing alone);
-    2. the rules (:func:`~lightning_bottleneck.rules.classify`, :func:`~lightning_bottleneck.rules.final_verdict`)
+    2. the rules (:func:`~lightning_bottleneck.rules.shares.classify`, :func:`~lightning_bottleneck.rules.shares.final_verdict`)
        give findings; the ranking (:func:`~lightning_bottleneck.rules.ranking.rank`) weighs every candidate
        fix by the time it saves over the run and gives the primary bucket and a confidence; sync-site,
        communication and tried-but-not-faster evidence join the findings;
@@ -110,7 +113,11 @@ def diagnose(evidence: Evidence) -> Report:
     _measured_metrics(evidence, metrics)
     if job.distributed:
         metrics["distributed"] = job.distributed
-    return Report(
+    if evidence.memory_trend is not None:  # memory over the whole run (the live callback's sampler)
+        metrics["memory_trend"] = evidence.memory_trend.to_dict()
+        total = evidence.run_length.total_steps if evidence.run_length is not None else None
+        job.findings += memory_creep_findings(evidence.memory_trend, total)
+    report = Report(
         primary=job.primary,
         confidence=job.confidence,
         steps_observed=steps_observed,
@@ -126,6 +133,10 @@ def diagnose(evidence: Evidence) -> Report:
         notes=notes,
         metrics=metrics,
     )
+    if evidence.ledger is not None:  # the whole fit by part, and the part a rest-of-fit verdict blames
+        cause = ledger_cause(report, evidence.ledger)
+        metrics["ledger"] = ledger_metrics(evidence.ledger, evidence.ledger_ranks, cause)
+    return report
 
 
 # ---------------------------------------------------------------------------------------------- stages

@@ -16,28 +16,23 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.analysis.ledger import FitLedger, ledger_metrics
+from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.analysis.trace_file import summarize_file
-from lightning_bottleneck.categories import Category
-from lightning_bottleneck.output.report import Report, ledger_cause
-from lightning_bottleneck.trace.errors import TraceError
+from lightning_bottleneck.errors import TraceError
+from lightning_bottleneck.report import Report, read_report
 from lightning_bottleneck.trace.reader import find_trace_files, path_kind
 
 __all__ = ["REPORT_FILENAME", "analyze_paths", "load_run", "read_report", "summarize_paths", "trace_files"]
 
 #: The callback's report file name (kept in step with ``callback.REPORT_FILENAME``; not imported: torch).
 REPORT_FILENAME = "bottleneck_report.json"
-
-#: A saved report is kilobytes; anything far bigger is not one (and is not read whole into memory).
-MAX_REPORT_BYTES = 64 << 20
 
 
 def trace_files(paths: Sequence[str | Path], notes: list[str]) -> list[Path]:
@@ -165,13 +160,9 @@ def analyze_paths(paths: Sequence[str | Path], rank: int | None = None) -> Repor
         rank=rank,
         environment=_environment(lead, len(summaries)),
         ledger=ledger,
+        ledger_ranks=ledger_ranks,
     )
-    report = diagnose(evidence)
-    if ledger is not None:
-        report.metrics.setdefault(
-            "ledger", ledger_metrics(ledger, ledger_ranks, ledger_cause(report, ledger))
-        )
-    return report
+    return diagnose(evidence)
 
 
 def run_ledger(
@@ -251,68 +242,3 @@ def _looks_like_report(path: Path) -> bool:
     except (OSError, ValueError):
         return False  # the trace reader says why, in one line
     return b'"schema_version"' in head and b'"traceEvents"' not in head
-
-
-def read_report(path: str | Path) -> Report:
-    """A saved ``bottleneck_report.json``, checked field by field; :class:`TraceError` if it is not one."""
-    p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            raw = fh.read(MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise TraceError(p, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_REPORT_BYTES:
-        raise TraceError(p, f"not a lightning-bottleneck report: over {MAX_REPORT_BYTES >> 20} MiB")
-    try:
-        data = json.loads(raw.decode("utf-8-sig"), parse_constant=_reject_constant)
-    except RecursionError:
-        raise TraceError(p, "not a lightning-bottleneck report: JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TraceError(p, f"not a lightning-bottleneck report: {exc}") from None
-    problem = _report_problem(data)
-    if problem:
-        raise TraceError(p, f"not a lightning-bottleneck report: {problem}")
-    try:
-        return Report.from_dict(data)
-    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
-        raise TraceError(p, f"not a lightning-bottleneck report ({exc.__class__.__name__}: {exc})") from None
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number a report holds")
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _report_problem(data: Any) -> str | None:
-    """What makes ``data`` no report the comparison can use, or None."""
-    if not isinstance(data, dict):
-        return f"the top level is a {type(data).__name__}, not an object"
-    if "schema_version" not in data:
-        return "no schema_version"
-    if data.get("primary") not in {c.value for c in Category}:
-        return f"primary {str(data.get('primary'))[:40]!r} is not a verdict"
-    for key in ("confidence", "steps_observed", "steps_profiled"):
-        if not _number(data.get(key)):
-            return f"{key} is not a finite number"
-    st = data.get("step_time_ms")
-    if st is not None:
-        if not isinstance(st, dict) or not all(_number(st.get(k)) and st[k] >= 0 for k in ("median", "p90")):
-            return "step_time_ms needs finite, non-negative median and p90"
-        samples = st.get("samples", [])
-        if not isinstance(samples, list) or not all(_number(x) and x >= 0 for x in samples):
-            return "step_time_ms.samples must be a list of finite, non-negative numbers"
-    breakdown = data.get("breakdown", {})
-    if not isinstance(breakdown, dict) or not all(
-        isinstance(k, str) and _number(v) for k, v in breakdown.items()
-    ):
-        return "breakdown must map names to finite numbers"
-    for key in ("findings", "recommendations", "ranks", "stragglers", "trace_files", "notes"):
-        if not isinstance(data.get(key, []), list):
-            return f"{key} is not a list"
-    for key in ("environment", "metrics"):
-        if not isinstance(data.get(key, {}), dict):
-            return f"{key} is not an object"
-    return None

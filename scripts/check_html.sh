@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from lightning_bottleneck.analysis.step_phases import step_phases_from_file
 from lightning_bottleneck.output.picture import write_picture
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.report import Report
 
 run = Path(sys.argv[1])
 report = Report.read(run / "bottleneck_report.json")

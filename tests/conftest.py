@@ -22,9 +22,9 @@ def precision_lever_on_any_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """A precision lever to trial on every CPU: without native bf16 (AVX2 only) the trials leave bf16 out, so
     a test that needs a trial without paying for ``torch.compile`` would have nothing to try there. bf16 is
     emulated on such a CPU (slow, measured slower and never advised), which is enough to exercise the path."""
-    from lightning_bottleneck.measure import trials
+    from lightning_bottleneck.measure import trial_levers
 
-    monkeypatch.setattr(trials, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(trial_levers, "cpu_has_bf16", lambda: True)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from lightning_bottleneck.output.compare import (
     ratio_interval,
     slower_beyond,
 )
-from lightning_bottleneck.output.report import MAX_STEP_SAMPLES, Report, StepTime
+from lightning_bottleneck.report import MAX_STEP_SAMPLES, Report, StepTime
 
 
 def _noisy(n: int, median: float, spread: float, seed: int) -> list[float]:
@@ -122,3 +122,16 @@ def test_fail_if_slower_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["compare", slower, before, "--fail-if-slower", "0", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["outcome"] == HELPED and result["before_source"].startswith("report ")
+
+
+def test_report_read_is_the_one_validated_reader(tmp_path: Path) -> None:
+    """``Report.read`` (the live side's baseline) and the CLI's reader are one function: a file that is no report
+    is a one-line TraceError either way, never a KeyError from deep inside ``from_dict``."""
+    from lightning_bottleneck.errors import TraceError
+    from lightning_bottleneck.offline import read_report
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 1, "primary": "nope"}')
+    for reader in (Report.read, read_report):
+        with pytest.raises(TraceError, match="not a lightning-bottleneck report: primary 'nope'"):
+            reader(bad)

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_bottleneck.evidence import Evidence
+from lightning_bottleneck.evidence.contention import CpuSnapshot
 from lightning_bottleneck.measure.contention import (
     INVOLUNTARY_SWITCHES_PER_S,
     MATERIAL_SHORTFALL,
-    CpuSnapshot,
     assess,
     take_snapshot,
 )
@@ -231,8 +232,9 @@ def test_without_psutil_the_checks_are_off_in_one_note(monkeypatch: pytest.Monke
     sampler.sample(1)
     assert not sampler.trend().mb and sampler.next_step > 10**9  # off, for the rest of the run
     assert usable_cpus() >= 1  # affinity still read without psutil
-    m = measure(None, None, MeasureOptions(probe_loader=False, trial_budget_s=0), summary=None, timing=None,
-                outside_ms=[], cpu_start=start, cpu_end=take_snapshot())  # fmt: skip
+    m = Evidence()
+    measure(None, None, MeasureOptions(probe_loader=False, trial_budget_s=0), m, outside_ms=[],
+            cpu_start=start, cpu_end=take_snapshot())  # fmt: skip
     assert m.notes.count(cpus.PSUTIL_OFF_NOTE) == 1 and sum("psutil" in n for n in m.notes) == 1, m.notes
 
 

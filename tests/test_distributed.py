@@ -26,7 +26,7 @@ from lightning_bottleneck.rules.stragglers import (
     find_stragglers,
     own_cause,
 )
-from lightning_bottleneck.rules.thresholds import UNCERTAIN_CONFIDENCE_MAX
+from lightning_bottleneck.thresholds import UNCERTAIN_CONFIDENCE_MAX
 
 SCRIPT = Path(__file__).parent / "ddp_scripts" / "ddp_train.py"
 
@@ -108,7 +108,7 @@ def test_diagnose_reports_missing_ranks() -> None:
 def test_communication_advice_uses_the_runs_settings() -> None:
     from lightning_bottleneck.advice.communication import communication_recommendations
     from lightning_bottleneck.categories import Severity
-    from lightning_bottleneck.output.report import Finding
+    from lightning_bottleneck.report import Finding
 
     comm = {
         "wait_in_backward_share": 0.1,

@@ -22,8 +22,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lightning_bottleneck.analysis.trace_file import summarize
+from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.trace import reader
-from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.fast_events import decode_events
 from lightning_bottleneck.trace.model import Trace
 from lightning_bottleneck.trace.reader import load_trace

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from lightning_bottleneck import BottleneckCallback
 from lightning_bottleneck.categories import Category
-from lightning_bottleneck.output.report import Report, StepTime
+from lightning_bottleneck.report import Report, StepTime
 
 from conftest import quiet_trainer
 

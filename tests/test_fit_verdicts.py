@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.ledger import FitLedger, HookTime
 from lightning_bottleneck.categories import Category, FindingKind, FitPart
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
-from lightning_bottleneck.measure.fit_probes import FitProbes
-from lightning_bottleneck.measure.loader_ladder import BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.output.report import Report, ledger_cause
-from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.evidence.fit_probes import FitProbes
+from lightning_bottleneck.evidence.loader_ladder import BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.report import Report, ledger_cause
 from lightning_bottleneck.rules.fit import fit_findings, growth_factor
 
 STEP_MS = 5.0
@@ -86,7 +86,7 @@ def test_validations_that_slow_the_steps_between_them_give_a_range_bounded_by_th
     of the fit also ran faster (self.log 0.9 -> 0.5-0.6 ms a call). With a trial timing the step back-to-back,
     the advice gives a range up to the avoided runs' share of the step's excess over it, at most
     VALIDATION_INDIRECT_MAX_SHARE of the validation time saved."""
-    from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
+    from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 
     def advice(baseline_ms: float | None, val_s: float = 9.0) -> Any:
         ledger = _ledger(
@@ -224,7 +224,7 @@ def test_a_heavy_hook_that_slows_the_next_step_gives_a_range_bounded_by_the_back
     step after it too (2.85 ms hook, ~5 ms saved per avoided call in bare fits), which no timing of the hook
     sees. With a trial timing the same step back-to-back, the advice gives a range from the hook's own time
     to that plus the step's excess over the back-to-back step (at most the hook's time again)."""
-    from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
+    from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 
     knobs = FitProbes(callback_knobs={"WeightStats": {"every_n_steps": 1}})
 

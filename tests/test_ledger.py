@@ -374,8 +374,8 @@ def test_an_exception_puts_lightning_back_and_still_reports_the_ledger(tmp_path:
 def test_a_rest_of_fit_verdict_names_its_part_in_the_headline() -> None:
     from lightning_bottleneck.analysis.ledger import ledger_metrics
     from lightning_bottleneck.categories import Category, FindingKind, Severity
-    from lightning_bottleneck.output.report import Finding, Report, ledger_cause
     from lightning_bottleneck.output.text import headline
+    from lightning_bottleneck.report import Finding, Report, ledger_cause
 
     ledger = _ledger(fit_s=10.0, training_steps=3.0, validation=6.0)
     report = Report(

@@ -22,7 +22,8 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_bottleneck import BottleneckCallback
-from lightning_bottleneck.measure.memory_trend import MemorySampler, MemoryTrend
+from lightning_bottleneck.evidence.memory_trend import MemoryTrend
+from lightning_bottleneck.measure.memory_trend import MemorySampler
 from lightning_bottleneck.rules.memory_creep import memory_creep_findings
 
 from conftest import quiet_trainer

@@ -19,17 +19,15 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from lightning_bottleneck.advice.loader_plan import (
-    COVER_MARGIN,
-    consumption_rate,
-    plan_from_timing,
-    plan_loader,
-)
+from lightning_bottleneck.advice.loader_plan import loader_recommendations
 from lightning_bottleneck.evidence import RunConfig, TimingStats
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.measure.loader_probe import STEP_ALONE_STEPS, probe_loader
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.measure.loader_probe import probe_loader
+from lightning_bottleneck.measure.loader_with_step import STEP_ALONE_STEPS
 from lightning_bottleneck.measure.trials import restored_trial_step
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.report import Recommendation
+from lightning_bottleneck.rules.loader_pace import COVER_MARGIN, consumption_rate
+from lightning_bottleneck.rules.loader_plan import plan_from_timing, plan_loader
 
 from conftest import quiet_trainer
 
@@ -244,7 +242,7 @@ def test_io_bound_loading_gets_more_workers_than_cores() -> None:
         step_s=8 / 300,
         steps_per_epoch=64,
     )
-    rec = plan.recommendations[0]
+    rec = plan.changes[0]
     assert rec.settings["num_workers"] > 2, (ladder, plan)
     assert rec.settings["persistent_workers"] is True
     assert plan.covered is True and rec.expected_speedup is not None and rec.expected_speedup > 1.5
@@ -283,7 +281,7 @@ def test_cpu_bound_loading_on_two_cores_reports_the_ceiling_and_cheaper_samples_
         steps_per_epoch=64,
     )
     assert plan.covered is False
-    first = plan.recommendations[0]
+    first = loader_recommendations(plan, cfg)[0]  # the rule's choice, in the advice's words
     assert first.title == "Make each sample cheaper to produce"
     assert f"{ladder.ceiling_samples_per_s:.0f} samples/s" in first.detail and "cpu-bound" in first.detail
     assert first.evidence["ceiling_samples_per_s"] == pytest.approx(ladder.ceiling_samples_per_s, abs=0.1)
@@ -306,7 +304,7 @@ def test_short_epochs_with_costly_worker_startup_get_persistent_workers_first() 
         steps_per_epoch=10,
         epoch_start_stall_s=0.35,
     )
-    first = plan.recommendations[0]
+    first = plan.changes[0]
     assert first.settings == {"persistent_workers": True}, plan
     assert first.expected_speedup is not None and first.expected_speedup > 3  # 0.04 s of work vs 0.35 s stall
 
@@ -318,7 +316,7 @@ def test_low_data_wait_gets_no_loader_advice() -> None:
     plan = plan_loader(
         ladder, cfg, consumption_samples_per_s=5000.0, data_wait_share=0.02, step_s=0.0065, steps_per_epoch=16
     )
-    assert plan.recommendations == [] and "No loader advice" in plan.notes[0]
+    assert plan.changes == [] and "No loader advice" in plan.notes[0]
 
 
 def _rung(w: int, rate: float, startup: float = 0.05, pf: int | None = 2) -> Rung:
@@ -333,7 +331,7 @@ def test_never_advises_a_setting_measured_slower() -> None:
         ladder, cfg, consumption_samples_per_s=2000.0, data_wait_share=0.7, step_s=0.017, steps_per_epoch=50
     )
     assert plan.covered is False
-    for rec in plan.recommendations:
+    for rec in plan.changes:
         assert "num_workers" not in rec.settings, rec
     # ... while a worker count that measured clearly faster and covers the model is advised when the model
     # trains on a GPU; on the CPU, 2 workers on 2 cores would take the training process's core.
@@ -342,11 +340,11 @@ def test_never_advises_a_setting_measured_slower() -> None:
     plan = plan_loader(
         ladder, gpu, consumption_samples_per_s=1000.0, data_wait_share=0.5, step_s=0.016, steps_per_epoch=50
     )
-    assert plan.recommendations[0].settings == {"num_workers": 2, "persistent_workers": True}
+    assert plan.changes[0].settings == {"num_workers": 2, "persistent_workers": True}
     plan = plan_loader(
         ladder, cfg, consumption_samples_per_s=1000.0, data_wait_share=0.5, step_s=0.016, steps_per_epoch=50
     )
-    assert all("num_workers" not in r.settings for r in plan.recommendations)
+    assert all("num_workers" not in r.settings for r in plan.changes)
     assert any("training process's core" in n for n in plan.notes)
 
 
@@ -361,7 +359,7 @@ def test_one_worker_that_loads_no_faster_alone_is_advised_for_the_overlap() -> N
     plan = plan_loader(
         ladder, cfg, consumption_samples_per_s=640.0, data_wait_share=0.6, step_s=0.030, steps_per_epoch=12
     )
-    first = plan.recommendations[0]
+    first = plan.changes[0]
     assert first.settings == {"num_workers": 1, "persistent_workers": True}, plan
     # a 30 ms step against one paced by the worker's 8 / 405 s = 19.8 ms a batch (kept alive between epochs)
     assert first.expected_speedup == pytest.approx(0.030 / (8 / 405.0), rel=0.02)
@@ -370,7 +368,7 @@ def test_one_worker_that_loads_no_faster_alone_is_advised_for_the_overlap() -> N
     plan = plan_loader(
         cpu_bound, cfg, consumption_samples_per_s=640.0, data_wait_share=0.6, step_s=0.030, steps_per_epoch=12
     )
-    assert all("num_workers" not in r.settings for r in plan.recommendations)
+    assert all("num_workers" not in r.settings for r in plan.changes)
     assert any("not clearly faster" in n for n in plan.notes)
 
 
@@ -381,7 +379,7 @@ def test_smallest_covering_worker_count_is_chosen() -> None:
     plan = plan_loader(
         ladder, cfg, consumption_samples_per_s=700.0, data_wait_share=0.6, step_s=0.04, steps_per_epoch=100
     )
-    assert plan.recommendations[0].settings == {"num_workers": 4, "persistent_workers": True}
+    assert plan.changes[0].settings == {"num_workers": 4, "persistent_workers": True}
     assert plan.predicted_step_s == pytest.approx(8 / 700.0, rel=1e-3)
 
 
@@ -403,7 +401,7 @@ def test_iterable_dataset_is_skipped_with_a_note_and_never_consumed() -> None:
     plan = plan_loader(
         ladder, RunConfig(num_workers=0), consumption_samples_per_s=100.0, data_wait_share=0.5, step_s=0.1
     )
-    assert plan.recommendations == [] and "IterableDataset" in plan.notes[0]
+    assert plan.changes == [] and "IterableDataset" in plan.notes[0]
     assert "not measured" in str(ladder)
 
 
@@ -444,14 +442,14 @@ def test_plan_from_timing_reads_consumption_and_stall_from_the_always_on_timing(
     ladder = LoaderLadder([_rung(0, 900.0), _rung(2, 9000.0, startup=0.4)], BOUND_WAIT, 16, 2)
     cfg = RunConfig(num_workers=2, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
     plan = plan_from_timing(ladder, cfg, timing, steps_per_epoch=10.0)
-    rec = plan.recommendations[0]
-    assert rec.settings == {"persistent_workers": True}
+    rec = loader_recommendations(plan, cfg)[0]
+    assert rec.settings == {"persistent_workers": True} and rec.lever == "loader:persistent_workers"
     assert rec.evidence["epoch_start_stall_ms"] == pytest.approx(400.0)
     assert rec.expected_speedup == pytest.approx((10 * 0.004 + 0.4) / (10 * 0.004), rel=0.05)
     # round trip through the report's JSON keeps the new fields
     again = Recommendation.from_dict(rec.to_dict())
     assert again.expected_speedup == rec.expected_speedup and again.evidence == rec.evidence
-    assert plan_from_timing(ladder, cfg, timing, steps_per_epoch=float("inf")).recommendations == []
+    assert plan_from_timing(ladder, cfg, timing, steps_per_epoch=float("inf")).changes == []
 
 
 def test_wait_bound_loading_short_of_the_model_still_gets_the_fastest_worker_count_first() -> None:
@@ -462,7 +460,7 @@ def test_wait_bound_loading_short_of_the_model_still_gets_the_fastest_worker_cou
     plan = plan_loader(
         ladder, cfg, consumption_samples_per_s=8000.0, data_wait_share=0.9, step_s=0.055, steps_per_epoch=32
     )
-    first = plan.recommendations[0]
+    first = loader_recommendations(plan, cfg)[0]
     assert plan.covered is False and first.settings == {"num_workers": 16, "persistent_workers": True}
     assert first.title.startswith("Load batches in 16") and "faster storage" in first.detail
 
@@ -472,7 +470,7 @@ def test_the_plan_and_the_ladder_import_neither_torch_nor_lightning() -> None:
     import sys
 
     code = (
-        "import sys, lightning_bottleneck.advice.loader_plan, lightning_bottleneck.measure.loader_ladder;"
+        "import sys, lightning_bottleneck.rules.loader_plan, lightning_bottleneck.evidence.loader_ladder;"
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -492,6 +490,6 @@ def test_cheap_in_memory_samples_with_restarting_workers_may_drop_the_workers() 
         steps_per_epoch=10,
         epoch_start_stall_s=0.4,
     )
-    first = plan.recommendations[0]
+    first = loader_recommendations(plan, cfg)[0]
     assert first.settings == {"num_workers": 0} and "training process" in first.title
     assert first.expected_speedup is not None and first.expected_speedup > 5

@@ -26,8 +26,8 @@ from lightning_bottleneck.analysis.trace_file import summarize_file
 from lightning_bottleneck.categories import Severity
 from lightning_bottleneck.output.html import render_html
 from lightning_bottleneck.output.picture import HTML_FILENAME, IMAGE_TAG, write_picture
-from lightning_bottleneck.output.report import Finding, Recommendation, Report, StepTime
 from lightning_bottleneck.output.text import render_markdown
+from lightning_bottleneck.report import Finding, Recommendation, Report, StepTime
 from lightning_bottleneck.trace.reader import load_trace
 
 from _trace_builders import gpu_training_events, write_trace

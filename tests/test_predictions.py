@@ -11,19 +11,15 @@ from typing import Any
 import pytest
 from test_contention import _snap
 
-from lightning_bottleneck.advice.loader_plan import (
-    MEASURED_GAIN_MIN,
-    STEP_SPREAD_MAX,
-    plan_from_timing,
-    plan_loader,
-    step_cores_from_window,
-)
+from lightning_bottleneck.advice.loader_plan import loader_recommendations
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 from lightning_bottleneck.measure.contention import assess
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.report import Recommendation
+from lightning_bottleneck.rules.loader_pace import MEASURED_GAIN_MIN, STEP_SPREAD_MAX, step_cores_from_window
+from lightning_bottleneck.rules.loader_plan import plan_from_timing, plan_loader
 
 from conftest import fit_scenario
 
@@ -50,14 +46,14 @@ def test_a_step_that_keeps_both_cores_busy_leaves_no_core_for_a_worker() -> None
     """The known failure (cpu_transform on 2 cores): the probe measured num_workers=1 at 1.3x alone, but the
     step uses the cores too; measured at 2 cores, no worker count is predicted to reach 1.10x in training."""
     plan = _plan(step_cores=2.0)
-    assert all("num_workers" not in r.settings for r in plan.recommendations), plan  # type: ignore[attr-defined]
+    assert all("num_workers" not in r.settings for r in plan.changes), plan  # type: ignore[attr-defined]
     assert any("not advised" in n for n in plan.notes), plan.notes  # type: ignore[attr-defined]
 
 
 def test_a_light_step_leaves_a_core_and_the_worker_is_advised_with_a_point() -> None:
     # a 4 ms step (250 samples/s) using 0.2 cores: one worker loads beside it, on the core it leaves free
     plan = _plan(step_cores=0.2, consumption=250.0, wait=0.5)
-    rec = plan.recommendations[0]  # type: ignore[attr-defined]
+    rec = plan.changes[0]  # type: ignore[attr-defined]
     assert rec.settings.get("num_workers") == 1
     assert rec.expected_speedup >= MEASURED_GAIN_MIN
     assert rec.expected_speedup_range is None  # the worker fits beside the step: a point prediction
@@ -67,7 +63,7 @@ def test_a_light_step_leaves_a_core_and_the_worker_is_advised_with_a_point() -> 
 def test_workers_that_need_the_steps_cores_get_a_range() -> None:
     # nothing covers the 1 ms step: two workers get closest, but the second needs the core the step uses
     plan = _plan(step_cores=0.2)
-    rec = plan.recommendations[0]  # type: ignore[attr-defined]
+    rec = loader_recommendations(plan, CPU)[0]  # type: ignore[arg-type]
     assert rec.settings.get("num_workers") == 2
     lo, hi = rec.expected_speedup_range
     assert lo < hi == pytest.approx(rec.expected_speedup)
@@ -96,7 +92,7 @@ def test_a_step_whose_own_time_spreads_gives_a_range_that_reaches_the_fast_steps
     bimodal = [4.0] * 12 + [13.0] * 20
     plan = plan_from_timing(_sleepy_ladder(), RunConfig(num_workers=0, batch_size=16, usable_cpus=2,
                             accelerator="cpu"), _sleepy_timing(bimodal), 32)  # fmt: skip
-    rec = plan.recommendations[0]
+    rec = loader_recommendations(plan, CPU)[0]
     assert rec.settings["num_workers"] == 8
     lo, hi = rec.expected_speedup_range
     assert lo == pytest.approx(rec.expected_speedup)  # the point stays the median step's (the low end)
@@ -108,8 +104,8 @@ def test_a_step_whose_own_time_spreads_gives_a_range_that_reaches_the_fast_steps
     # steps that agree (every one 4 ms) keep a point
     steady = plan_from_timing(_sleepy_ladder(), RunConfig(num_workers=0, batch_size=16, usable_cpus=2,
                               accelerator="cpu"), _sleepy_timing([4.0] * 32), 32)  # fmt: skip
-    assert steady.recommendations[0].expected_speedup_range is None
-    assert steady.recommendations[0].expected_speedup == pytest.approx(56.0 / 6.639, rel=0.02)
+    assert steady.changes[0].expected_speedup_range is None
+    assert steady.changes[0].expected_speedup == pytest.approx(56.0 / 6.639, rel=0.02)
 
 
 def test_steps_all_slowed_by_in_process_loading_reach_the_back_to_back_step_in_the_range() -> None:
@@ -119,11 +115,9 @@ def test_steps_all_slowed_by_in_process_loading_reach_the_back_to_back_step_in_t
     step may run once the loading leaves: the high end of the range."""
     cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
     slow = _sleepy_timing([13.0] * 32)
-    alone = plan_from_timing(_sleepy_ladder(), cfg, slow, 32).recommendations[0]
+    alone = plan_from_timing(_sleepy_ladder(), cfg, slow, 32).changes[0]
     assert alone.expected_speedup_range is None  # the run's own steps agree: a point
-    rec = plan_from_timing(
-        _sleepy_ladder(), cfg, slow, 32, back_to_back_samples_per_s=16 / 1.6e-3
-    ).recommendations[0]
+    rec = plan_from_timing(_sleepy_ladder(), cfg, slow, 32, back_to_back_samples_per_s=16 / 1.6e-3).changes[0]
     assert rec.settings["num_workers"] == 8 and rec.expected_speedup == pytest.approx(alone.expected_speedup)
     lo, hi = rec.expected_speedup_range
     assert lo == pytest.approx(alone.expected_speedup)
@@ -131,7 +125,7 @@ def test_steps_all_slowed_by_in_process_loading_reach_the_back_to_back_step_in_t
     assert "1.6 ms (the same step timed back-to-back" in rec.uncertainty
     # a back-to-back step no faster than the run's own: still a point
     same = plan_from_timing(_sleepy_ladder(), cfg, slow, 32, back_to_back_samples_per_s=16 / 13e-3)
-    assert same.recommendations[0].expected_speedup_range is None
+    assert same.changes[0].expected_speedup_range is None
 
 
 def test_an_input_bound_run_without_trials_reads_the_back_to_back_step_from_the_loader_probe() -> None:
@@ -167,9 +161,9 @@ def test_persistent_workers_start_once_per_fit_and_a_short_fit_pays_that_start_u
     start-up, spread over the fit's epochs, is in the prediction; on a long fit it vanishes."""
     cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
     timing = _sleepy_timing([4.0] * 32)
-    unknown = plan_from_timing(_sleepy_ladder(), cfg, timing, 32).recommendations[0]
-    short = plan_from_timing(_sleepy_ladder(), cfg, timing, 32, epochs=2).recommendations[0]
-    long = plan_from_timing(_sleepy_ladder(), cfg, timing, 32, epochs=1000).recommendations[0]
+    unknown = plan_from_timing(_sleepy_ladder(), cfg, timing, 32).changes[0]
+    short = plan_from_timing(_sleepy_ladder(), cfg, timing, 32, epochs=2).changes[0]
+    long = plan_from_timing(_sleepy_ladder(), cfg, timing, 32, epochs=1000).changes[0]
     assert short.settings == unknown.settings == {"num_workers": 8, "persistent_workers": True}
     step_new = 16 / 2410  # paced by 8 workers' loading
     epoch_now = 32 * 56e-3
@@ -199,7 +193,7 @@ def test_workers_restarting_every_epoch_over_a_dataset_loaded_fast_in_process_ar
     is slow, keeping them alive still is."""
     ladder, cfg, timing = _restarting(90_000.0)
     plan = plan_from_timing(ladder, cfg, timing, 10, epochs=6)
-    rec = plan.recommendations[0]
+    rec = loader_recommendations(plan, cfg)[0]
     assert rec.settings == {"num_workers": 0}, plan
     assert rec.title == "Load batches in the training process (num_workers=0)"
     epoch_now = 10 * 6.0e-3 + 0.46 - 0.2e-3  # the stall over the steady wait
@@ -209,7 +203,7 @@ def test_workers_restarting_every_epoch_over_a_dataset_loaded_fast_in_process_ar
     assert rec.expected_speedup == pytest.approx(epoch_now / epoch_new, rel=0.02)
     assert any("without workers is predicted" in n for n in plan.notes)
     slow, cfg, timing = _restarting(1_000.0)  # 16 ms a batch in process: workers kept alive are faster
-    kept = plan_from_timing(slow, cfg, timing, 10, epochs=6).recommendations[0]
+    kept = plan_from_timing(slow, cfg, timing, 10, epochs=6).changes[0]
     assert kept.settings == {"persistent_workers": True}
 
 
@@ -257,7 +251,7 @@ def test_worker_counts_timed_with_the_step_overrule_the_core_estimate() -> None:
     ladder = _timed_with_the_step({0: 200.0, 2: 210.0, 4: 250.0})
     plan = plan_loader(ladder, CPU, consumption_samples_per_s=1000.0, data_wait_share=0.8, step_s=0.08,
                        steps_per_epoch=50, step_cores=2.0)  # fmt: skip
-    rec = plan.recommendations[0]
+    rec = loader_recommendations(plan, CPU)[0]
     assert rec.settings.get("num_workers") == 4, plan
     assert rec.expected_speedup == pytest.approx(1.25, rel=0.05)  # persistent workers: no restart cost
     assert rec.expected_speedup_range is None
@@ -272,7 +266,7 @@ def test_no_worker_count_is_advised_when_none_trains_clearly_faster_with_the_ste
     ladder = _timed_with_the_step({0: 200.0, 1: 148.0, 2: 186.0})
     plan = plan_loader(ladder, CPU, consumption_samples_per_s=1000.0, data_wait_share=0.8, step_s=0.08,
                        steps_per_epoch=50, step_cores=0.2)  # fmt: skip
-    assert all("num_workers" not in r.settings for r in plan.recommendations), plan
+    assert all("num_workers" not in r.settings for r in plan.changes), plan
     assert any("num_workers=1 0.74x, num_workers=2 0.93x" in n and "none is 1.10x faster" in n
                for n in plan.notes), plan.notes  # fmt: skip
     again = LoaderLadder.from_dict(ladder.to_dict())
@@ -292,10 +286,10 @@ def test_timings_with_the_step_on_a_drifting_machine_give_a_range_or_no_advice()
                            steps_per_epoch=50, step_cores=2.0)  # fmt: skip
 
     noisy = plan(200.0, 300.0, 290.0)  # 1.16x the mean, but under the faster timing of the current setting
-    assert all("num_workers" not in r.settings for r in noisy.recommendations), noisy  # type: ignore[attr-defined]
+    assert all("num_workers" not in r.settings for r in noisy.changes), noisy  # type: ignore[attr-defined]
     assert any("the machine's noise" in n for n in noisy.notes), noisy.notes  # type: ignore[attr-defined]
     ranged = plan(200.0, 230.0, 280.0)  # beyond both timings, which differ by 15%
-    rec = ranged.recommendations[0]  # type: ignore[attr-defined]
+    rec = ranged.changes[0]  # type: ignore[attr-defined]
     assert rec.settings.get("num_workers") == 4
     lo, hi = rec.expected_speedup_range
     assert lo == pytest.approx(280 / 230, rel=0.03) and hi == pytest.approx(280 / 200, rel=0.03)
@@ -315,15 +309,15 @@ def test_a_worker_count_timed_again_must_beat_the_current_in_both_timings() -> N
                            steps_per_epoch=50, step_cores=2.0)  # fmt: skip
 
     lucky = plan(290.0, 205.0)  # 1.21x on the mean of its timings, but its second under the current's faster
-    assert all("num_workers" not in r.settings for r in lucky.recommendations), lucky  # type: ignore[attr-defined]
+    assert all("num_workers" not in r.settings for r in lucky.changes), lucky  # type: ignore[attr-defined]
     assert any("overlap num_workers=4's slower one (205, timed again)" in n
                for n in lucky.notes), lucky.notes  # type: ignore[attr-defined]  # fmt: skip
     held = plan(290.0, 280.0)  # both timings beat both of the current: a point from the means
-    rec = held.recommendations[0]  # type: ignore[attr-defined]
+    rec = held.changes[0]  # type: ignore[attr-defined]
     assert rec.settings.get("num_workers") == 4 and rec.expected_speedup_range is None
     assert rec.expected_speedup == pytest.approx(285 / 205, rel=0.03)
     apart = plan(330.0, 250.0)  # both beat the current, 32% apart: a range from the slower to the faster
-    rec = apart.recommendations[0]  # type: ignore[attr-defined]
+    rec = apart.changes[0]  # type: ignore[attr-defined]
     lo, hi = rec.expected_speedup_range
     assert lo == pytest.approx(250 / 210, rel=0.03) and hi == pytest.approx(330 / 200, rel=0.03)
     assert "num_workers=4 32% apart" in rec.uncertainty
@@ -402,7 +396,7 @@ def test_a_loader_range_is_rescaled_to_the_whole_fit_with_its_point() -> None:
     bimodal = [4.0] * 12 + [13.0] * 20
     timing = _sleepy_timing(bimodal)
     step_plan = plan_from_timing(_sleepy_ladder(), RunConfig(num_workers=0, batch_size=16, usable_cpus=2,
-                                 accelerator="cpu"), timing, 32, epochs=2).recommendations[0]  # fmt: skip
+                                 accelerator="cpu"), timing, 32, epochs=2).changes[0]  # fmt: skip
     steps = 64
     step_s = sorted(timing.step_ms)[len(timing.step_ms) // 2] / 1e3
     ledger = FitLedger(fit_s=steps * step_s + 2.0, train_steps=steps, epochs=2,

@@ -1,9 +1,11 @@
-"""The package's layering, checked: the folders are the architecture.
+"""The package's layering, checked: the import order is the architecture.
 
+- The layers, from the bottom (:data:`LAYERS`): vocabulary -> report schema -> trace -> analysis -> evidence
+  -> measure -> rules -> advice -> diagnose -> output / offline -> live and the entry points. No module
+  imports one of a layer above its own, even lazily (two named exceptions: :data:`UPWARD_ALLOWED`).
 - ``live/`` (inside a Trainer) and ``measure/`` (timing on the live run) may import torch and lightning;
   every other module imports without them, which is what lets ``lightning-bottleneck analyze`` run anywhere.
-- Nothing outside ``live/`` and ``measure/`` reaches into ``live/`` (the one exception: the package's lazy
-  ``BottleneckCallback`` attribute), and no module imports another that imports it back.
+- No module imports another that imports it back.
 """
 
 from __future__ import annotations
@@ -21,18 +23,41 @@ ROOT = Path(lightning_bottleneck.__file__).parent
 #: Folders whose modules may import torch and lightning.
 TORCH_FOLDERS = ("lightning_bottleneck.live", "lightning_bottleneck.measure")
 #: The folders the layout promises, each with its role (README "Architecture" and docs/architecture.md).
-FOLDERS = ("live", "measure", "trace", "analysis", "rules", "advice", "output")
-#: Top-level modules: the public entry points and the shared vocabulary, nothing else.
+FOLDERS = ("live", "measure", "trace", "analysis", "evidence", "rules", "advice", "output")
+#: Top-level modules: the public entry points, the pipeline, the report schema and the shared vocabulary.
 TOP_LEVEL = {
     "__init__",
     "__main__",
     "cli",
     "offline",
     "diagnose",
+    "report",
     "categories",
     "vocabulary",
-    "evidence",
+    "thresholds",
     "stats",
+    "atomic_write",
+    "errors",
+}
+#: The layers, bottom first: a module may import its own layer and those below, never one above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("categories", "vocabulary", "thresholds", "stats", "atomic_write", "errors"),  # shared vocabulary
+    ("report",),  # the report schema: typed results, exactly the JSON written
+    ("trace",),  # parsing
+    ("analysis",),  # trace -> summaries
+    ("evidence",),  # everything the rules look at, the measurement results included (torch-free)
+    ("measure",),  # the probes that fill the evidence on the live run
+    ("rules",),  # evidence -> findings, candidates with their predicted savings, the verdict
+    ("advice",),  # findings and candidates -> recommendations in words and settings
+    ("diagnose",),  # the one pipeline Evidence -> Report
+    ("output", "offline"),  # renderers; trace files or run folders -> Report
+    ("live", "cli", "__main__", ""),  # inside a Trainer; the command line; the package's public API
+)
+#: The only imports that go up, both lazy and both to print or load the public entry point: a report prints
+#: itself through the text renderer (``str(report)``), and the package's ``BottleneckCallback`` attribute.
+UPWARD_ALLOWED = {
+    ("lightning_bottleneck.report", "lightning_bottleneck.output.text"),
+    ("lightning_bottleneck", "lightning_bottleneck.live.callback"),
 }
 FRAMEWORKS = ("torch", "lightning", "pytorch_lightning")
 
@@ -110,6 +135,71 @@ def test_the_tree_is_the_architecture() -> None:
     assert folders == set(FOLDERS), folders
 
 
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of a module of the package (``""`` is the package itself)."""
+    parts = name.split(".")[1:]
+    head = parts[0] if parts else ""
+    for i, layer in enumerate(LAYERS):
+        if head in layer:
+            return i
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS")
+
+
+def upward_imports() -> dict[str, list[str]]:
+    """Every import of a module from a layer above the importer's, the allowed ones aside."""
+    modules = _package_modules()
+    out: dict[str, list[str]] = {}
+    for name in sorted(modules):
+        up = sorted(
+            m
+            for m in _imports(name)
+            if m in modules and layer_of(m) > layer_of(name) and (name, m) not in UPWARD_ALLOWED
+        )
+        if up:
+            out[name] = up
+    return out
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    assert upward_imports() == {}
+
+
+def test_the_layer_check_can_fail() -> None:
+    """A rule reaching up into advice (as ``rules/ranking.py`` once did) is seen as going up."""
+    assert layer_of("lightning_bottleneck.rules.ranking") < layer_of(
+        "lightning_bottleneck.advice.loader_plan"
+    )
+    assert layer_of("lightning_bottleneck.report") < layer_of("lightning_bottleneck.trace.reader")
+    assert layer_of("lightning_bottleneck.evidence.loader_ladder") < layer_of(
+        "lightning_bottleneck.measure.stage"
+    )
+    assert layer_of("lightning_bottleneck.diagnose") < layer_of("lightning_bottleneck.offline")
+
+
+def test_the_analyze_command_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """``python -m lightning_bottleneck analyze`` of a trace loads no measurement probe, no live code, no framework."""
+    from _trace_builders import cpu_training_events, write_trace
+
+    trace = write_trace(tmp_path / "t.json", cpu_training_events())
+    code = (
+        "import json, sys, contextlib, io\n"
+        "from lightning_bottleneck.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['analyze', {str(trace)!r}])\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('lightning_bottleneck', 'torch', 'lightning', 'pytorch_lightning'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert "lightning_bottleneck.diagnose" in loaded  # it did analyse
+    assert not {
+        m for m in loaded if m.startswith(("lightning_bottleneck.measure", "lightning_bottleneck.live"))
+    }
+    assert not {m for m in loaded if m.split(".")[0] in FRAMEWORKS}
+
+
 def test_nothing_outside_live_and_measure_imports_torch_or_lightning_even_lazily() -> None:
     offenders = {}
     for name in sorted(_package_modules()):
@@ -159,8 +249,8 @@ def test_no_import_cycles() -> None:
 
 def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
     """A report <-> text style cycle (as the tree had before the layout) is seen by ``_imports``."""
-    assert "lightning_bottleneck.output.text" in _imports("lightning_bottleneck.output.report")
-    assert "lightning_bottleneck.output.report" not in _imports("lightning_bottleneck.output.text")
+    assert "lightning_bottleneck.output.text" in _imports("lightning_bottleneck.report")
+    assert "lightning_bottleneck.report" not in _imports("lightning_bottleneck.output.text")
 
 
 def test_every_module_outside_live_and_measure_imports_without_torch_or_lightning() -> None:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.representative import check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.categories import Category
+from lightning_bottleneck.categories import Category, Provenance
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
-from lightning_bottleneck.measure.contention import Contention
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
-from lightning_bottleneck.measure.trial_results import TrialReport, TrialResult
+from lightning_bottleneck.evidence.contention import Contention
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, LoaderLadder, Rung
+from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 from lightning_bottleneck.output.html import render_html
-from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.output.text import render_markdown, render_text
-from lightning_bottleneck.rules import thresholds as T
-from lightning_bottleneck.rules.ranking import MEASURED, rank
+from lightning_bottleneck.report import Report
+from lightning_bottleneck.rules.ranking import rank
 
 
 def _cpu_trace(
@@ -257,7 +257,7 @@ def test_compile_measured_1_96x_ranks_before_bf16_measured_1_1x() -> None:
     assert report.primary == Category.OVERHEAD
     first, second = report.recommendations[0], report.recommendations[1]
     assert first.settings["compile"] is True and first.measured_speedup == pytest.approx(1.96)
-    assert first.method == MEASURED and "12.0 s compile time" in first.basis
+    assert first.method == Provenance.MEASURED and "12.0 s compile time" in first.basis
     # 8 ms of fwd+bwd x (1 - 1/1.96) x 20000 steps - 12 s of compile
     assert first.saved_s == pytest.approx(8.0 * (1 - 1 / 1.96) * 20 - 12.0, rel=0.01)
     assert second.settings.get("precision") == "bf16-mixed" and second.measured_speedup == pytest.approx(1.1)
@@ -376,7 +376,7 @@ def test_speedups_reach_text_markdown_html_and_json() -> None:
     assert "measured 1.96x" in render_html(report)
     again = Report.from_dict(report.to_dict())
     rec = again.recommendations[0]
-    assert rec.measured_speedup == pytest.approx(1.96) and rec.method == MEASURED
+    assert rec.measured_speedup == pytest.approx(1.96) and rec.method == Provenance.MEASURED
     assert rec.saved_ms_per_step == pytest.approx(report.recommendations[0].saved_ms_per_step, abs=1e-3)
 
 
@@ -398,11 +398,11 @@ def test_every_setting_the_trials_can_try_has_a_bucket_and_a_snippet() -> None:
     import torch
 
     from lightning_bottleneck.advice.ranked import TRIAL_SNIPPETS
-    from lightning_bottleneck.measure import trials
+    from lightning_bottleneck.measure import trial_levers
     from lightning_bottleneck.rules.ranking import COMPUTE_LEVERS
 
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(1))
-    levers, _ = trials._levers(conv, torch.randn(2, 3, 8, 8), torch.device("cpu"), "32-true")
+    levers, _ = trial_levers.levers_for(conv, torch.randn(2, 3, 8, 8), torch.device("cpu"), "32-true")
     keys = {next(iter(lever.settings)) for lever in levers}
     assert {"channels_last", "compile"} <= keys
     assert keys <= set(COMPUTE_LEVERS) == set(TRIAL_SNIPPETS)
@@ -418,13 +418,15 @@ def test_measured_matmul_precision_win_gets_its_own_recommendation() -> None:
     report = diagnose(ev)
     first = report.recommendations[0]
     assert report.primary == Category.COMPUTE and first.settings == {"float32_matmul_precision": "high"}
-    assert first.snippet == 'torch.set_float32_matmul_precision("high")' and first.method == MEASURED
+    assert (
+        first.snippet == 'torch.set_float32_matmul_precision("high")' and first.method == Provenance.MEASURED
+    )
 
 
 def test_repaired_trace_timing_and_a_wide_step_spread_lower_the_confidence() -> None:
     quiet = diagnose(_input_bound()).confidence
     ev = _input_bound()
-    ev.summaries[0].notes.append("3 event(s) have missing, negative, NaN, infinite or implausible timestamps")
+    ev.summaries[0].timing_repaired = True  # the reader dropped events with impossible timing, say
     assert diagnose(ev).confidence <= T.UNCERTAIN_CONFIDENCE_MAX < quiet
     ev = _input_bound()
     assert ev.timing is not None
@@ -463,7 +465,7 @@ def test_a_rank_slowed_by_a_busy_core_is_not_a_straggler_when_the_collectives_co
 def test_input_advice_needs_a_steady_wait_or_an_input_straggler() -> None:
     from lightning_bottleneck.advice import input_advice
     from lightning_bottleneck.categories import Severity
-    from lightning_bottleneck.output.report import Finding
+    from lightning_bottleneck.report import Finding
 
     cfg = RunConfig(num_workers=0, usable_cpus=4)
     assert input_advice(cfg, []) == []  # below the medium threshold: leave the loader alone

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.advice import ADVISORS
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, FitPart, Share
 from lightning_bottleneck.output.text import HEADLINES
 from lightning_bottleneck.rules import SHARE_RULES
-from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.rules.stragglers import OWN_WORK_BUCKETS as STRAGGLER_BUCKETS
 
 #: Categories that are not a share of step time (see categories.BUCKET_SHARES).

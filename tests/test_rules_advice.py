@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.advice import advise, suggested_workers
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
 from lightning_bottleneck.analysis.summary import TraceSummary
@@ -11,7 +12,6 @@ from lightning_bottleneck.categories import Category
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
 from lightning_bottleneck.rules import choose_primary, share_findings
-from lightning_bottleneck.rules import thresholds as T
 
 
 def _shares(**kw: float) -> dict[str, float]:
@@ -179,7 +179,7 @@ def test_no_evidence_is_unknown() -> None:
 
 
 def test_report_round_trips_through_json() -> None:
-    from lightning_bottleneck.output.report import Report
+    from lightning_bottleneck.report import Report
 
     report = diagnose(_input_evidence(RunConfig(num_workers=0, batch_size=4, usable_cpus=4)))
     again = Report.from_dict(report.to_dict())

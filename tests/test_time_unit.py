@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.offline import analyze_paths
-from lightning_bottleneck.rules import thresholds as T
 from lightning_bottleneck.trace.reader import load_trace
 from lightning_bottleneck.trace.time_unit import check_time_unit
 
@@ -45,6 +45,29 @@ def test_scaled_clock_is_repaired_with_a_note(tmp_path: Path, scale: float, unit
     # repaired timing is never reported as sure as clean timing
     assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX
     assert any("Implausible timing repaired" in n for n in report.notes)
+
+
+def test_a_repaired_clock_caps_a_confident_verdict(tmp_path: Path) -> None:
+    """The repair is a typed field of the trace and its summary, not a word in a note: a verdict that would be
+    sure on clean timing is capped on a repaired trace, and says why (the note-matching check never fired: the
+    note says "Implausible", the check looked for "implausible")."""
+    from test_ranking import _input_bound
+
+    from lightning_bottleneck.analysis.trace_file import summarize_file
+    from lightning_bottleneck.diagnose import diagnose
+
+    clean = summarize_file(write_trace(tmp_path / "us.json", cpu_training_events()))
+    repaired = summarize_file(write_trace(tmp_path / "ms.json", cpu_training_events(scale=1e-3)))
+    assert not clean.timing_repaired and repaired.timing_repaired
+    sure = _input_bound()
+    assert diagnose(sure).confidence > T.UNCERTAIN_CONFIDENCE_MAX
+    ev = _input_bound()  # the same evidence, read from a trace whose clock was repaired
+    ev.summaries[0].notes, ev.summaries[0].timing_repaired = repaired.notes, repaired.timing_repaired
+    report = diagnose(ev)
+    assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX
+    assert any("timing had to be repaired" in n for n in report.notes), report.notes
+    again = type(repaired).from_dict(repaired.to_dict())  # it survives the child process and the rank gather
+    assert again.timing_repaired
 
 
 def test_implausible_timing_of_unknown_unit_gives_no_verdict(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.trace import reader
-from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.model import EventKind
 from lightning_bottleneck.trace.reader import find_trace_files, load_trace
 

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
-from lightning_bottleneck.measure import trials
+from lightning_bottleneck.measure import trial_levers, trial_state, trials
 from lightning_bottleneck.measure.trials import TrialReport, TrialResult, run_trials
 
 from conftest import quiet_trainer
@@ -237,8 +237,8 @@ def _judge(base_sleep: float, lever_sleep: float) -> TrialResult:
     model = Sleepy()
     batch = (torch.randn(16, 32), torch.randn(16, 1))
     runner = trials._StepRunner(model, batch, 0, torch.device("cpu"))
-    lever = trials._Lever("test-lever", {"x": 1}, lambda: _delay(model, lever_sleep))
-    with trials._preserved_module(model):
+    lever = trial_levers.Lever("test-lever", {"x": 1}, lambda: _delay(model, lever_sleep))
+    with trial_state.preserved_module(model):
         return trials._measure(
             runner, lever, runner.step_fn(), lambda: _delay(model, base_sleep), batch, inner=1, t_step=0.005,
             share=0.5, compile_budget_s=0.0, noise_band=trials.NOISE_BAND,
@@ -291,7 +291,7 @@ def test_trials_on_cuda_try_autocast_and_tf32() -> None:
 
 
 def test_a_win_measured_on_a_busy_machine_is_kept_unconfirmed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_bottleneck.measure import contention
+    from lightning_bottleneck.evidence import contention
 
     busy = contention.Contention(
         True, 1.0, 0.5, 1.5, 2.0, 0.5, 200.0, 0.0, 3.0, "other processes used 1.50 ..."
@@ -300,9 +300,9 @@ def test_a_win_measured_on_a_busy_machine_is_kept_unconfirmed(monkeypatch: pytes
         trials, "assess", lambda start, end: busy
     )  # the verdict; spinners are tested elsewhere
     model = Sleepy()
-    monkeypatch.setattr(trials, "_baseline_context", lambda precision, device: lambda: _delay(model, 0.02))
+    monkeypatch.setattr(trials, "baseline_context", lambda precision, device: lambda: _delay(model, 0.02))
     monkeypatch.setattr(
-        trials, "_levers", lambda *a: ([trials._Lever("fast", {"x": 1}, contextlib.nullcontext)], [])
+        trials, "levers_for", lambda *a: ([trial_levers.Lever("fast", {"x": 1}, contextlib.nullcontext)], [])
     )
     report = run_trials(model, (torch.randn(16, 32), torch.randn(16, 1)), budget_s=1.0)
     (result,) = report.results

@@ -9,7 +9,7 @@ from typing import Any
 
 from lightning_bottleneck.categories import FindingKind
 from lightning_bottleneck.evidence import RunConfig
-from lightning_bottleneck.output.report import Finding, Recommendation
+from lightning_bottleneck.report import Finding, Recommendation
 
 # DDP's default gradient bucket is 25 MB; fewer, larger buckets cut per-collective latency on slow links
 # (torch.nn.parallel.DistributedDataParallel docs, ``bucket_cap_mb``).

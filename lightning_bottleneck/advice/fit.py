@@ -4,8 +4,8 @@ Each lever of :mod:`lightning_bottleneck.rules.fit` becomes one :class:`Recommen
 Lightning argument names, ``where`` says where they go (``Trainer``, ``ModelCheckpoint``, ``val DataLoader``,
 ``self.log`` or a callback's class), the detail says how the saving was obtained and what the user trades.
 The saving and the whole-fit ``expected_speedup`` are attached by the ranking
-(:func:`lightning_bottleneck.advice.ranked.ranked_recommendations`), which matches a recommendation to its
-candidate by title (:func:`title`).
+(:func:`lightning_bottleneck.advice.ranked.ranked_recommendations`), which joins a recommendation to its
+candidate by the lever's stable id (:attr:`FitLever.lever`).
 
 Example::
 
@@ -19,8 +19,8 @@ from typing import Any
 
 from lightning_bottleneck.categories import Category, FindingKind
 from lightning_bottleneck.evidence import RunConfig
-from lightning_bottleneck.output.report import Finding, Recommendation
-from lightning_bottleneck.rules.fit import (
+from lightning_bottleneck.report import Finding, Recommendation
+from lightning_bottleneck.rules.fit_lever import (
     MODEL_CHECKPOINT,
     SELF_LOG,
     TRAINER,
@@ -32,7 +32,7 @@ __all__ = ["fit_advice", "recommendation", "snippet", "title"]
 
 
 def title(lever: FitLever) -> str:
-    """The recommendation's title (also the ranking candidate's name, which is how the two are matched)."""
+    """The recommendation's title."""
     s = lever.settings
     if lever.where == TRAINER:
         if "val_check_interval" in s:
@@ -107,6 +107,7 @@ def recommendation(lever: FitLever) -> Recommendation:
         snippet=snippet(lever),
         evidence=evidence,
         where=lever.where,
+        lever=lever.lever,
     )
     return rec
 

@@ -1,757 +1,106 @@
-"""Input advice that follows the loader probe's measurement. Pure (no torch, no lightning).
-
-Given the :class:`~lightning_bottleneck.measure.loader_ladder.LoaderLadder` the probe measured, the rate at which
-the model consumes samples (its step without data wait), the run's loader settings and the epoch-start
-stall, :func:`plan_loader` picks the *smallest* worker count whose measured rate covers consumption with a
-margin, adds ``persistent_workers`` when worker start-up is costly against the epoch, and, when no measured
-setting covers consumption (CPU-bound loading on too few cores), says so with the measured ceiling and makes
-"make samples cheaper" the first advice. It never advises a setting the probe measured (or, for workers that
-overlap loading with the step, predicts) no faster than the current one, and gives no loader advice when the
-data wait is below its medium threshold and start-up costs little. Every recommendation carries the ladder, the
-predicted step time and ``expected_speedup``.
+"""The loader rule's choice in words: one :class:`~lightning_bottleneck.report.Recommendation` per
+:class:`~lightning_bottleneck.rules.loader_choice.LoaderChange`, with its title, detail and a copy-pasteable
+``DataLoader(...)`` line. Pure; it decides nothing: the settings and the speed-up are the rule's.
 
 Example::
 
-    plan = plan_loader(ladder, cfg, consumption_samples_per_s=2400.0, data_wait_share=0.6,
-                       step_s=0.010, steps_per_epoch=100, epoch_start_stall_s=0.4)
-    print(plan)                       # chosen setting, predicted step time, notes
-    report.recommendations[:0] = plan.recommendations
+    plan = plan_loader(ladder, cfg, consumption_samples_per_s=2400.0, data_wait_share=0.6, step_s=0.010)
+    for rec in loader_recommendations(plan, cfg):
+        print(rec.title, rec.settings, rec.expected_speedup)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_bottleneck.evidence import RunConfig, TimingStats
-from lightning_bottleneck.measure.loader_ladder import BOUND_CPU, LoaderLadder, Rung
-from lightning_bottleneck.output.report import Recommendation, percentile
-from lightning_bottleneck.rules.thresholds import INPUT_SHARE_MEDIUM
+from lightning_bottleneck.evidence import RunConfig
+from lightning_bottleneck.report import Recommendation
+from lightning_bottleneck.rules.loader_choice import LoaderAdvice, LoaderChange, LoaderPlan
+from lightning_bottleneck.rules.loader_pace import COVER_MARGIN
 
-# A loader "covers" the model when its measured rate is at least this multiple of the consumption rate.
-# The probe timed the loader alone; during training the workers share CPUs with the training process (and,
-# on a shared machine, with others), and repeated loader timings on this project's 2-core machine varied by
-# 10-20% run to run (benchmarks/advice_payoff.py). 1.25x leaves room for both, so that a covering loader
-# still hides behind the step.
-COVER_MARGIN = 1.25
-# A setting must measure at least this much faster than the current one to be advised: the probe's own
-# rung-to-rung spread on a shared machine (the same 10% as the probe's LADDER_GAIN_MIN). Loading alone, that
-# is; from in-process loading (num_workers=0) to workers whose loading does not take the step's cores (loading
-# that waits on I/O, or a model off the CPU), the gain is the overlap of loading with the step, which a rate
-# of the loader alone cannot show (a sleeping __getitem__ loads no faster in one worker than in-process): the
-# prediction for the run as it trains must then clear the same bar. Issue 19: a 1-second probe ran out of
-# budget after num_workers=1 (405 against 459 samples/s in-process, both asleep 2 ms a sample), no worker
-# count was advised for a step 61% in data wait, and an estimated compile fix made the verdict overhead.
-MEASURED_GAIN_MIN = 1.10
-# persistent_workers keeps every worker (a process holding a copy of the dataset object) alive between
-# epochs; it is worth that memory once re-starting workers costs more than the 3% noise band that
-# `lightning-bottleneck compare` uses for "no change" -- 2% of an epoch stays under it.
-PERSISTENT_STARTUP_SHARE_MIN = 0.03
-# Cores the training process keeps busy during its step when they were not measured (no CPU snapshots of
-# the window, or a busy machine): one, a Python training loop (issue 8's assumption). Measured, they are the
-# process's own CPU time over the window's wall time with the in-process loading taken out (step_cores).
-DEFAULT_STEP_CORES = 1.0
-# When the model trains on the CPU and loading is CPU-bound, workers and the step share the cores, and the
-# scheduler does not keep workers off the step's cores: a worker count that needs more cores than the step
-# leaves free cannot be predicted within 20% (issue 19 measured num_workers=2 at 0.93x and 1 at 0.74-0.99x on
-# 2 cores, against 1.2-2x from the loader alone). Its range's low end assumes the step loses this many
-# cores' worth of time to the workers (half a core: the step's threads wait at barriers for a descheduled
-# thread; a whole core would be the workers taking every cycle they want).
-CONTENDED_STEP_CORES = 0.5
-# The current worker count is timed with the step before and after the others; when those two timings differ
-# by more than this ratio the machine's speed moved while it was measured, and the in-training speed-up is
-# given as a range (half the 20% the predictions are held to, since either timing may be the off one).
-IN_TRAINING_NOISE_MAX = 1.10
-# The model's consumption rate is read at this percentile of (step - data wait) over the timed steps, not
-# the median: profiled steps and steps slowed by other processes on a shared machine make the busy time
-# look longer than the model needs (issue 9 measured 26x slower window steps under contention), and
-# under-estimating consumption under-provisions workers, which costs more than one idle worker does.
-CONSUMPTION_QUANTILE = 25.0
-# Without a timing with the step, the new step time is predicted from the step's own time (data wait taken out)
-# at its median. When the same prediction at CONSUMPTION_QUANTILE is faster by more than this ratio, the run's
-# own steps disagree about what the step costs, and the speed-up is a range between the two (the same half of
-# the 20% allowance as IN_TRAINING_NOISE_MAX). Measured (issue 19, io_wait: 3 ms sleeps per sample, 2 intra-op
-# threads): the step took 4 ms or 13 ms, bimodal, while loading ran in the training process (its thread pool
-# slept through the loading: 2.6 ms per nn.Linear call under cProfile), 1.6 ms once 8 workers loaded; the
-# median-based 6.4x point met 8.5x applied.
-STEP_SPREAD_MAX = 1.10
+__all__ = ["loader_recommendation", "loader_recommendations"]
 
 
-@dataclass
-class LoaderPlan:
-    """What :func:`plan_loader` decided and why (recommendations first; empty means: leave the loader)."""
-
-    recommendations: list[Recommendation] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    covered: bool | None = None  # some measured setting covers consumption (None: not judged)
-    ceiling_samples_per_s: float | None = None
-    predicted_step_s: float | None = None
-    expected_speedup: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "recommendations": [r.to_dict() for r in self.recommendations],
-            "notes": list(self.notes),
-            "covered": self.covered,
-            "ceiling_samples_per_s": self.ceiling_samples_per_s,
-            "predicted_step_s": self.predicted_step_s,
-            "expected_speedup": self.expected_speedup,
-        }
-
-    def __str__(self) -> str:
-        if not self.recommendations:
-            head = "LoaderPlan: leave the DataLoader as it is"
-        else:
-            r = self.recommendations[0]
-            speed = f", expected {r.expected_speedup:.2f}x" if r.expected_speedup else ""
-            head = f"LoaderPlan: {r.title} {r.settings}{speed}"
-        return "\n".join([head] + [f"  note: {n}" for n in self.notes])
+def loader_recommendations(plan: LoaderPlan, current: RunConfig) -> list[Recommendation]:
+    """The plan's changes, in order, as recommendations."""
+    return [loader_recommendation(c, current) for c in plan.changes]
 
 
-def plan_loader(
-    ladder: LoaderLadder,
-    current: RunConfig,
-    *,
-    consumption_samples_per_s: float | None,
-    data_wait_share: float,
-    step_s: float,
-    steps_per_epoch: int | None = None,
-    epoch_start_stall_s: float | None = None,
-    typical_consumption_samples_per_s: float | None = None,
-    step_cores: float | None = None,
-    back_to_back_samples_per_s: float | None = None,
-    epochs: float | None = None,
-) -> LoaderPlan:
-    """Loader recommendations from a measured ladder.
-
-    Args:
-        ladder: what :func:`lightning_bottleneck.measure.loader_probe.probe_loader` measured.
-        current: the run's settings (``num_workers``, ``persistent_workers``, ``pin_memory``,
-            ``prefetch_factor``, ``batch_size``, ``usable_cpus``, ``accelerator``).
-        consumption_samples_per_s: samples/s of the training step *without* data wait
-            (``batch_size / (step - data_wait)``, see :func:`consumption_rate`); decides which rungs cover the
-            model. None when unknown (no worker count is then chosen).
-        data_wait_share: steady-state share of step time spent waiting for the DataLoader.
-        step_s: median steady-state step time, data wait included (seconds).
-        steps_per_epoch: training batches per epoch (``trainer.num_training_batches``), None if unknown.
-        epoch_start_stall_s: median extra wait of an epoch's first batch (worker start-up), from the
-            always-on timing; None to use the ladder's start-up of the current worker count.
-        typical_consumption_samples_per_s: the consumption rate used to *predict* the step time (e.g. from
-            the median step); defaults to ``consumption_samples_per_s``, which decides coverage and may be
-            read optimistically (see :data:`CONSUMPTION_QUANTILE`).
-        step_cores: cores the training step keeps busy (:func:`step_cores_from_window`); None: not measured,
-            :data:`DEFAULT_STEP_CORES`. With a CPU model and CPU-bound loading the workers get only the
-            cores the step leaves free while it runs, so the prediction is for the run as it trains.
-        back_to_back_samples_per_s: samples/s of the model's step timed back-to-back (forward and backward, no
-            loading between steps; by the trials, or by the loader probe when none ran): how fast the step may run once loading leaves it, the high end
-            of a range when the run's own steps were slower (see :data:`STEP_SPREAD_MAX`).
-        epochs: the fit's epochs, None if unknown: persistent workers start once per fit, so their start-up is
-            spread over this many epochs (negligible on a long run, a real cost on a short one: io_wait's 8 new
-            workers took 0.32 s to start in a 1 s advised fit); None counts it as nothing.
-    """
-    plan = LoaderPlan()
-    k = DEFAULT_STEP_CORES if step_cores is None else max(0.0, step_cores)
-    if ladder.skipped or not ladder.rungs:
-        plan.notes += ladder.notes or ["The loader was not measured: no loader advice."]
-        return plan
-    bs = ladder.batch_size or current.batch_size or 1
-    w_now = current.num_workers or 0
-    persistent_now = bool(current.persistent_workers) and w_now > 0
-    rung_now = _rung_for(ladder, w_now, current.prefetch_factor)
-
-    stall_now = 0.0
-    if w_now > 0 and not persistent_now:
-        if epoch_start_stall_s is not None:
-            stall_now = max(0.0, epoch_start_stall_s)
-        elif rung_now is not None:
-            stall_now = rung_now.startup_s
-    once_now = _once_per_fit(rung_now.startup_s if persistent_now and rung_now else 0.0, epochs)
-    epoch_now = _epoch_s(steps_per_epoch, step_s, stall_now)
-    stall_share = stall_now / epoch_now if epoch_now > 0 else 0.0
-    steady_input = data_wait_share >= INPUT_SHARE_MEDIUM
-    stall_costly = stall_share >= PERSISTENT_STARTUP_SHARE_MIN and steps_per_epoch is not None
-    if not steady_input and not stall_costly:
-        plan.notes.append(
-            f"No loader advice: the data wait is {data_wait_share:.0%} of the step (below "
-            f"{INPUT_SHARE_MEDIUM:.0%}) and worker start-up costs {stall_share:.0%} of an epoch."
-        )
-        return plan
-
-    consumption = (
-        consumption_samples_per_s if consumption_samples_per_s and consumption_samples_per_s > 0 else None
+def loader_recommendation(change: LoaderChange, current: RunConfig) -> Recommendation:
+    title, detail = _words(change)
+    snippet = (
+        "def on_after_batch_transfer(self, batch, dataloader_idx):\n    return gpu_augment(batch)"
+        if change.advice == LoaderAdvice.CHEAPER_SAMPLES
+        else _snippet(change.settings, current, change.workers_new)
     )
-    plan.ceiling_samples_per_s = round(ladder.ceiling_samples_per_s, 3)
-    chosen: Rung | None = None
-    covers_now = rung_now is not None and consumption is not None and _covers(rung_now, consumption)
-    # Worker counts timed with the training step (CPU model, CPU-bound loading): what the run gets, measured.
-    trained_now = ladder.in_training_rung(w_now) if _shares_cores(current, ladder) else None
-    if steady_input and consumption is not None and not covers_now and trained_now is not None:
-        plan.covered = any(_covers(r, consumption) for r in ladder.rungs)
-        chosen = _pick_in_training(ladder, trained_now, plan.notes)
-    elif steady_input and consumption is not None and not covers_now:
-        usable = _usable_rungs(ladder, current, w_now, plan.notes, k, step_cores is not None)
-        covering = sorted(
-            (r for r in usable if _covers(r, consumption) and _shares_cores_well(r, current, ladder, k)),
-            key=lambda r: (r.num_workers, r.prefetch_factor or 0),
-        )
-        plan.covered = bool(covering)
-        if covering:
-            chosen = covering[0]
-        else:
-            chosen = min(usable, key=lambda r: _per_sample_s(r, consumption, current, ladder, k))
-        plain = ladder.rung(chosen.num_workers, current.prefetch_factor or 2) if chosen.num_workers else None
-        if plain is not None and chosen.samples_per_s < plain.samples_per_s * MEASURED_GAIN_MIN:
-            chosen = plain  # a larger prefetch_factor only when it measured clearly faster
-        if (
-            chosen is not None
-            and rung_now is not None
-            and chosen is not rung_now
-            and (w_now > 0 or _shares_cores(current, ladder))  # else judged in training just below
-            and chosen.samples_per_s < rung_now.samples_per_s * MEASURED_GAIN_MIN
-        ):
-            plan.notes.append(
-                f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s, not clearly faster than "
-                f"the current {rung_now.samples_per_s:.0f}: not advised."
-            )
-            chosen = None
-        if chosen is rung_now:
-            chosen = None
-        if chosen is not None and rung_now is not None and chosen.num_workers != w_now:
-            # the prediction for the run as it trains (the step holds k cores) must clear the same bar
-            gain = _per_sample_s(rung_now, consumption, current, ladder, k) / _per_sample_s(
-                chosen, consumption, current, ladder, k
-            )
-            if gain < MEASURED_GAIN_MIN:
-                plan.notes.append(
-                    f"{chosen.label} measured {chosen.samples_per_s:.0f} samples/s with the loader alone, but "
-                    f"in training (the step keeps {k:.1f} of {_cpus(current, ladder)} CPU(s) busy) it is "
-                    f"predicted at {gain:.2f}x, under {MEASURED_GAIN_MIN:.2f}x: not advised."
-                )
-                chosen = None
-    elif covers_now:
-        plan.covered = True
-        if steady_input and rung_now is not None and consumption is not None:
-            plan.notes.append(
-                f"The loader alone delivers {rung_now.samples_per_s:.0f} samples/s at num_workers={w_now}, above "
-                f"the model's {consumption:.0f}: the steady data wait comes from elsewhere (start-up, contention)."
-            )
+    return Recommendation(
+        kind="input",
+        title=title,
+        detail=detail,
+        settings=dict(change.settings),
+        snippet=snippet,
+        expected_speedup=change.expected_speedup,
+        evidence=change.evidence,
+        expected_speedup_range=change.expected_speedup_range,
+        uncertainty=change.uncertainty,
+        lever=change.lever,
+    )
 
-    if chosen is None and stall_costly and w_now > 0 and not persistent_now and consumption is not None:
-        chosen = _in_process_instead(
-            ladder, rung_now, typical_consumption_samples_per_s or consumption, bs, step_s, current, k,
-            steps_per_epoch, stall_now, epochs, plan.notes,
-        )  # fmt: skip
-        if chosen is not None:
-            # predicted from the loader alone (no worker count timed with the step applies)
-            trained_now = None
 
-    settings: dict[str, Any] = {}
-    if chosen is not None:
-        if chosen.num_workers != w_now:
-            settings["num_workers"] = chosen.num_workers
-        if chosen.num_workers > 0 and chosen.prefetch_factor not in (None, current.prefetch_factor or 2):
-            settings["prefetch_factor"] = chosen.prefetch_factor
-    w_new = chosen.num_workers if chosen is not None else w_now
-    startup_new = chosen.startup_s if chosen is not None else (rung_now.startup_s if rung_now else stall_now)
-    typical = typical_consumption_samples_per_s or consumption
-    if trained_now is not None and chosen is not None:  # measured with the step: the rates' ratio
-        step_new = step_s * trained_now.samples_per_s / chosen.samples_per_s
-    else:
-        step_new = _predicted_step_s(chosen, rung_now, typical, bs, step_s, current, ladder, k)
-    if w_new > 0 and not persistent_now:
-        epoch_guess = _epoch_s(steps_per_epoch, step_new, 0.0)
-        if steps_per_epoch is None:
-            # epoch length unknown: bundle it with a worker change (free), never advise it alone
-            if "num_workers" in settings:
-                settings["persistent_workers"] = True
-        elif epoch_guess > 0 and startup_new / epoch_guess >= PERSISTENT_STARTUP_SHARE_MIN:
-            settings["persistent_workers"] = True
-    if settings and w_new > 0 and current.accelerator == "cuda" and not current.pin_memory:
-        settings["pin_memory"] = True
-
-    stall_new = 0.0 if (w_new == 0 or persistent_now or settings.get("persistent_workers")) else startup_new
-    if w_new > 0 and (persistent_now or settings.get("persistent_workers")):
-        # workers that persist start once per fit: that start-up, spread over the fit's epochs, against the
-        # current one's (when they persist too)
-        stall_new = max(0.0, _once_per_fit(startup_new, epochs) - once_now)
-    epoch_new = _epoch_s(steps_per_epoch, step_new, stall_new)
-    speedup = epoch_now / epoch_new if epoch_new > 0 and settings else None
-    plan.predicted_step_s = round(step_new, 6)
-    plan.expected_speedup = None if speedup is None else round(speedup, 3)
-    evidence = _evidence(ladder, consumption, step_s, step_new, stall_now, steps_per_epoch)
-    evidence["step_cores"] = round(k, 3)
-    evidence["step_cores_measured"] = step_cores is not None
-    if trained_now is not None:
-        evidence["in_training_samples_per_s"] = {
-            str(w): round(r.samples_per_s, 1)
-            for w in sorted({r.num_workers for r in ladder.in_training})
-            if (r := ladder.in_training_rung(w)) is not None
-        }
-    spread: tuple[float, float] | None = None
-    uncertainty = ""
-    if speedup is not None and chosen is not None and trained_now is not None:
-        lo, hi = _current_spread(ladder, trained_now)
-        new_lo, new_hi = _current_spread(ladder, chosen)
-        if (
-            lo > 0
-            and new_lo > 0
-            and (hi > lo * IN_TRAINING_NOISE_MAX or new_hi > new_lo * IN_TRAINING_NOISE_MAX)
-        ):
-            # a setting's two timings moved more than a 20% prediction allows: the speed-up is given as the
-            # range between the chosen's slower timing against the current's faster, and the other way round
-            ends = [
-                epoch_now / _epoch_s(steps_per_epoch, step_s * rate / new, stall_new)
-                for rate, new in ((hi, new_lo), (lo, new_hi))
-            ]
-            spread = (round(min(ends[0], speedup), 3), round(max(ends[1], speedup), 3))
-            moved = [
-                f"num_workers={w} {b / a - 1:.0%}"
-                for w, a, b in ((w_now, lo, hi), (chosen.num_workers, new_lo, new_hi))
-                if b > a * IN_TRAINING_NOISE_MAX
-            ]
-            uncertainty = (
-                f"the two timings with the step of {' and '.join(moved)} apart "
-                "(the machine's speed moved while it was measured)"
-            )
-    elif (
-        speedup is not None
-        and chosen is not None
-        and trained_now is None
-        and _contended(chosen, current, ladder, k)
-    ):
-        # workers need cores the step holds: the low end has the step lose CONTENDED_STEP_CORES to them
-        worst = _predicted_step_s(
-            chosen, rung_now, typical, bs, step_s, current, ladder, k + CONTENDED_STEP_CORES
-        )
-        low = epoch_now / _epoch_s(steps_per_epoch, worst, stall_new) if worst > 0 else speedup
-        spread = (round(min(low, speedup), 3), round(speedup, 3))
-        uncertainty = (
-            f"{chosen.num_workers} worker(s) and a step that keeps {k:.1f} core(s) busy share "
-            f"{_cpus(current, ladder)} CPU(s)"
-        )
-
-    fastest = max(consumption or 0.0, back_to_back_samples_per_s or 0.0)
-    if (
-        spread is None
-        and speedup is not None
-        and chosen is not None
-        and trained_now is None
-        and typical is not None
-        and fastest > typical
-    ):
-        fast = _predicted_step_s(chosen, rung_now, fastest, bs, step_s, current, ladder, k)
-        high = epoch_now / _epoch_s(steps_per_epoch, fast, stall_new) if fast > 0 else speedup
-        if high > speedup * STEP_SPREAD_MAX:
-            spread = (round(speedup, 3), round(high, 3))
-            quick = (
-                f"{bs / consumption * 1e3:.1f} ms (the fastest quarter)"
-                if consumption and consumption >= fastest
-                else f"{bs / fastest * 1e3:.1f} ms (the same step timed back-to-back, no loading between)"
-            )
-            uncertainty = (
-                f"this run's own steps took {bs / typical * 1e3:.1f} ms (median) but {quick} without the data "
-                f"wait; which of them the step runs at once {chosen.label} does the loading was not measured"
-            )
-    if plan.covered is False and ladder.bound == BOUND_CPU:
-        ceiling = ladder.ceiling_samples_per_s
-        interim = f" Until then, {_describe(settings)} gets closest to the ceiling." if settings else ""
-        if settings and trained_now is not None and chosen is not None and trained_now.samples_per_s > 0:
+def _words(c: LoaderChange) -> tuple[str, str]:
+    """The title and the detail of one change, from its measured facts."""
+    rate, consumption = c.chosen_samples_per_s, c.consumption_samples_per_s or 0.0
+    workers = f"Load batches in {c.workers_new} background worker(s)"
+    if c.advice == LoaderAdvice.CHEAPER_SAMPLES:
+        interim = f" Until then, {_describe(c.settings)} gets closest to the ceiling." if c.settings else ""
+        if c.settings and c.current_samples_per_s:
             interim = (
-                f" Until then, {_describe(settings)}: timed with this run's training step it trains at "
-                f"{chosen.samples_per_s:.0f} samples/s against {trained_now.samples_per_s:.0f} now "
-                f"({chosen.samples_per_s / trained_now.samples_per_s:.2f}x)."
+                f" Until then, {_describe(c.settings)}: timed with this run's training step it trains at "
+                f"{rate:.0f} samples/s against {c.current_samples_per_s:.0f} now "
+                f"({rate / c.current_samples_per_s:.2f}x)."
             )
-        where = f"on {ladder.usable_cpus} usable CPU(s)" if ladder.usable_cpus else ""
-        plan.recommendations.append(
-            Recommendation(
-                kind="input",
-                title="Make each sample cheaper to produce",
-                detail=(
-                    f"The loader tops out at {ceiling:.0f} samples/s {where} (loading is {ladder.bound}-bound) "
-                    f"while the model consumes {consumption or 0:.0f} samples/s: no worker count covers it. Cache "
-                    "decoded samples, do augmentations batched or on the device (`on_after_batch_transfer`), "
-                    f"and avoid per-sample Python loops in `__getitem__`.{interim}"
-                ),
-                settings=settings,
-                snippet=(
-                    "def on_after_batch_transfer(self, batch, dataloader_idx):\n    return gpu_augment(batch)"
-                ),
-                expected_speedup=plan.expected_speedup,
-                evidence=evidence,
-                expected_speedup_range=spread,
-                uncertainty=uncertainty,
-            )
+        where = f"on {c.usable_cpus} usable CPU(s)" if c.usable_cpus else ""
+        return "Make each sample cheaper to produce", (
+            f"The loader tops out at {c.ceiling_samples_per_s:.0f} samples/s {where} (loading is {c.bound}-bound) "
+            f"while the model consumes {consumption:.0f} samples/s: no worker count covers it. Cache "
+            "decoded samples, do augmentations batched or on the device (`on_after_batch_transfer`), "
+            f"and avoid per-sample Python loops in `__getitem__`.{interim}"
         )
-        return plan
-    if not settings:
-        return plan
-    if "num_workers" in settings and trained_now is not None and chosen is not None:
-        title = f"Load batches in {w_new} background worker(s)"
-        detail = (
-            f"Timed with this run's own training step (workers and the step share {_cpus(current, ladder)} "
-            f"CPU(s)): {chosen.label} trains at {chosen.samples_per_s:.0f} samples/s against "
-            f"{trained_now.samples_per_s:.0f} now, the fastest worker count tried."
+    if c.advice == LoaderAdvice.WORKERS_TIMED:
+        return workers, (
+            f"Timed with this run's own training step (workers and the step share {c.cpus} "
+            f"CPU(s)): {c.chosen_label} trains at {rate:.0f} samples/s against "
+            f"{c.current_samples_per_s or 0.0:.0f} now, the fastest worker count tried."
         )
-    elif "num_workers" in settings and plan.covered is False:
-        rate = chosen.samples_per_s if chosen else 0.0
-        title = f"Load batches in {w_new} background worker(s)"
-        detail = (
-            f"Measured on this run's own loader: {chosen.label if chosen else ''} delivers {rate:.0f} samples/s, "
-            f"the fastest setting tried, still short of the model's {consumption or 0:.0f} samples/s. Loading "
-            f"is {ladder.bound}-bound: more workers or faster storage help further, and so do cheaper samples "
+    if c.advice == LoaderAdvice.WORKERS_SHORT:
+        return workers, (
+            f"Measured on this run's own loader: {c.chosen_label} delivers {rate:.0f} samples/s, "
+            f"the fastest setting tried, still short of the model's {consumption:.0f} samples/s. Loading "
+            f"is {c.bound}-bound: more workers or faster storage help further, and so do cheaper samples "
             "(cached, decoded once)."
         )
-    elif settings.get("num_workers") == 0:
-        rate = chosen.samples_per_s if chosen else 0.0
-        title = "Load batches in the training process (num_workers=0)"
-        detail = (
+    if c.advice == LoaderAdvice.NO_WORKERS:
+        return "Load batches in the training process (num_workers=0)", (
             f"Measured on this run's own loader: without workers it delivers {rate:.0f} samples/s, enough for the "
-            f"model's {consumption or 0:.0f}; the {w_now} worker(s) cost start-up every epoch "
-            f"({stall_now * 1e3:.0f} ms) and a copy of every batch between processes."
+            f"model's {consumption:.0f}; the {c.workers_now} worker(s) cost start-up every epoch "
+            f"({c.stall_now_s * 1e3:.0f} ms) and a copy of every batch between processes."
         )
-    elif "num_workers" in settings:
-        rate = chosen.samples_per_s if chosen else 0.0
-        title = f"Load batches in {w_new} background worker(s)"
-        detail = (
-            f"Measured on this run's own loader: {chosen.label if chosen else ''} delivers {rate:.0f} samples/s, "
-            f"the smallest setting that covers the model's {consumption or 0:.0f} samples/s with a "
-            f"{COVER_MARGIN:.2f}x margin (loading is {ladder.bound}-bound)."
+    if c.advice == LoaderAdvice.WORKERS_COVER:
+        return workers, (
+            f"Measured on this run's own loader: {c.chosen_label} delivers {rate:.0f} samples/s, "
+            f"the smallest setting that covers the model's {consumption:.0f} samples/s with a "
+            f"{COVER_MARGIN:.2f}x margin (loading is {c.bound}-bound)."
         )
-    elif "persistent_workers" in settings:
-        title = "Keep DataLoader workers alive between epochs"
-        detail = (
-            f"Workers are re-created every epoch; their start-up costs {stall_now * 1e3:.0f} ms of a "
-            f"{epoch_now:.2f} s epoch ({stall_share:.0%})."
+    if c.advice == LoaderAdvice.PERSISTENT:
+        share = c.stall_now_s / c.epoch_now_s if c.epoch_now_s > 0 else 0.0
+        return "Keep DataLoader workers alive between epochs", (
+            f"Workers are re-created every epoch; their start-up costs {c.stall_now_s * 1e3:.0f} ms of a "
+            f"{c.epoch_now_s:.2f} s epoch ({share:.0%})."
         )
-    else:
-        title = f"Prefetch {settings.get('prefetch_factor')} batches per worker"
-        detail = "Measured faster on this run's own loader."
-    plan.recommendations.append(
-        Recommendation(
-            kind="input",
-            title=title,
-            detail=detail,
-            settings=settings,
-            snippet=_snippet(settings, current, w_new),
-            expected_speedup=plan.expected_speedup,
-            evidence=evidence,
-            expected_speedup_range=spread,
-            uncertainty=uncertainty,
-        )
-    )
-    return plan
-
-
-def consumption_rate(timing: TimingStats, quantile: float = CONSUMPTION_QUANTILE) -> float | None:
-    """Samples/s the model takes when it never waits: ``samples_per_step / quantile(step - data wait)``."""
-    if not timing.samples_per_step or not timing.step_ms:
-        return None
-    waits = (
-        timing.data_wait_ms
-        if len(timing.data_wait_ms) == len(timing.step_ms)
-        else [0.0] * len(timing.step_ms)
-    )
-    busy = sorted(max(0.0, s - w) for s, w in zip(timing.step_ms, waits))
-    busy_ms = percentile(busy, quantile)
-    return timing.samples_per_step / (busy_ms / 1e3) if busy_ms > 0 else None
-
-
-def epoch_start_stall(timing: TimingStats) -> float | None:
-    """Median extra wait (seconds) of an epoch's first batch over a steady-state data wait."""
-    if not timing.epoch_start_wait_ms:
-        return None
-    waits = sorted(timing.epoch_start_wait_ms)
-    steady = sorted(timing.data_wait_ms)[len(timing.data_wait_ms) // 2] if timing.data_wait_ms else 0.0
-    return max(0.0, waits[len(waits) // 2] - steady) / 1e3
-
-
-def plan_from_timing(
-    ladder: LoaderLadder,
-    current: RunConfig,
-    timing: TimingStats,
-    steps_per_epoch: float | None,
-    step_cores: float | None = None,
-    back_to_back_samples_per_s: float | None = None,
-    epochs: float | None = None,
-) -> LoaderPlan:
-    """:func:`plan_loader` fed from the callback's always-on timing (the window's steady-state steps).
-
-    This is the call the live callback makes after :func:`~lightning_bottleneck.measure.loader_probe.probe_loader`::
-
-        timing = self._timing.stats()                      # TimingStats
-        ladder = probe_loader(loader, budget_s=..., usable_cpus=cfg.usable_cpus,
-                              target_samples_per_s=(consumption_rate(timing) or 0) * COVER_MARGIN or None)
-        plan = plan_from_timing(ladder, cfg, timing, trainer.num_training_batches)
-    """
-    steps = sorted(timing.step_ms)
-    step_s = steps[len(steps) // 2] / 1e3 if steps else 0.0
-    return plan_loader(
-        ladder,
-        current,
-        consumption_samples_per_s=consumption_rate(timing),
-        data_wait_share=timing.data_wait_share,
-        step_s=step_s,
-        # trainer.num_training_batches is inf for a loader without len()
-        steps_per_epoch=int(steps_per_epoch) if steps_per_epoch and steps_per_epoch < float("inf") else None,
-        epoch_start_stall_s=epoch_start_stall(timing),
-        typical_consumption_samples_per_s=consumption_rate(timing, 50.0),
-        step_cores=step_cores,
-        back_to_back_samples_per_s=back_to_back_samples_per_s,
-        epochs=epochs,
-    )
-
-
-def step_cores_from_window(
-    self_cores: float | None, data_wait_share: float, ladder: LoaderLadder, current: RunConfig
-) -> float | None:
-    """Cores the training step keeps busy, measured: the training process's own CPU time over the
-    profiled window's wall time (:attr:`~lightning_bottleneck.measure.contention.Contention.self_cores`,
-    workers excluded), with the in-process loading taken out (``num_workers=0``: the data wait is the
-    process loading at the probe's measured CPU share), spread over the non-waiting part of the step.
-    None when not measured or when the step is nearly all data wait (too little left to measure)."""
-    busy = 1.0 - data_wait_share
-    if self_cores is None or busy < 0.05:
-        return None
-    loading = 0.0
-    if not current.num_workers:
-        rung0 = ladder.rung(0)
-        loading = rung0.cpu_share if rung0 is not None and rung0.cpu_share is not None else 1.0
-    cpus = float(_cpus(current, ladder))
-    return min(cpus, max(0.0, (self_cores - data_wait_share * loading) / busy))
-
-
-def _pick_in_training(ladder: LoaderLadder, now: Rung, notes: list[str]) -> Rung | None:
-    """The worker count that trained fastest with the step, if it beat the current one by
-    :data:`MEASURED_GAIN_MIN`; else None, with a note giving the figures."""
-    others = [
-        r
-        for w in sorted({r.num_workers for r in ladder.in_training} - {now.num_workers})
-        if (r := ladder.in_training_rung(w)) is not None
-    ]
-    rough = [r for r in others if r.rough]
-    if rough:  # its window closed before the workers' queue drained and two rounds were timed: not evidence
-        notes.append(
-            "Timed with the training step, but too briefly to count (the probe's budget ran out): "
-            + ", ".join(f"num_workers={r.num_workers}" for r in rough)
-            + "; raise loader_budget_s to time them."
-        )
-        others = [r for r in others if not r.rough]
-    if not others or now.rough:
-        return None
-    best = max(others, key=lambda r: r.samples_per_s)
-    gain = best.samples_per_s / now.samples_per_s if now.samples_per_s > 0 else 0.0
-    figures = (
-        ", ".join(f"num_workers={r.num_workers} {r.samples_per_s / now.samples_per_s:.2f}x" for r in others)
-        if now.samples_per_s > 0
-        else ""
-    )
-    lo, hi = _current_spread(ladder, now)
-    best_lo, _ = _current_spread(ladder, best)
-    if gain >= MEASURED_GAIN_MIN and best_lo >= hi:
-        notes.append(
-            f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
-            f"num_workers={now.num_workers}."
-        )
-        return best
-    if gain >= MEASURED_GAIN_MIN:  # faster on the mean, but not in every timing of both settings
-        twice = best_lo < best.samples_per_s
-        notes.append(
-            f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
-            f"num_workers={now.num_workers}, whose own two timings ({lo:.0f} and {hi:.0f} samples/s) "
-            + (
-                f"overlap num_workers={best.num_workers}'s slower one ({best_lo:.0f}, timed again)"
-                if twice
-                else "differ by as much"
-            )
-            + ": the machine's noise, not a measured gain; no worker count advised."
-        )
-        return None
-    notes.append(
-        f"Timed with the training step (workers and the step share the CPUs): {figures} of the current "
-        f"num_workers={now.num_workers}; none is {MEASURED_GAIN_MIN:.2f}x faster: no worker count advised."
-    )
-    return None
-
-
-def _current_spread(ladder: LoaderLadder, now: Rung) -> tuple[float, float]:
-    """The lowest and highest timing of a worker count with the step (the current one is timed twice, before and
-    after the others, the fastest other again when it beat both: how much the machine's speed moved)."""
-    rates = [r.samples_per_s for r in ladder.in_training if r.num_workers == now.num_workers] or [
-        now.samples_per_s
-    ]
-    return min(rates), max(rates)
-
-
-def _usable_rungs(
-    ladder: LoaderLadder, cfg: RunConfig, w_now: int, notes: list[str], k: float, measured: bool
-) -> list[Rung]:
-    """Rungs that can pay off during training, not only in the probe.
-
-    The probe timed the loader alone. When loading is CPU-bound and the model also trains on the CPU, the
-    training process needs a core of its own while workers load: worker counts beyond ``usable CPUs - 1``
-    compete with the step itself (issue 8 measured ``num_workers=1`` at 0.84x on 2 cores, and this
-    project's benchmark measured 1 to 4 workers at 0.2-0.5x of ``num_workers=0`` on a busy 2-core machine).
-    """
-    cpus = ladder.usable_cpus or cfg.usable_cpus
-    if cfg.accelerator != "cpu" or ladder.bound != BOUND_CPU or not cpus:
-        return list(ladder.rungs)
-    cap = max(0, round(cpus - k))
-    kept = [r for r in ladder.rungs if r.num_workers <= cap or r.num_workers == w_now]
-    if len(kept) < len(ladder.rungs):
-        how = "measured" if measured else "assumed"
-        notes.append(
-            f"Loading is CPU-bound and the model trains on the CPU: its step keeps {k:.1f} core(s) busy "
-            f"({how}), so worker counts above {cap} would take the training process's cores ({cpus} usable) "
-            "and are not advised."
-        )
-    return kept
-
-
-def _cpus(cfg: RunConfig, ladder: LoaderLadder) -> int:
-    return max(1, ladder.usable_cpus or cfg.usable_cpus or 1)
-
-
-def _shares_cores(cfg: RunConfig, ladder: LoaderLadder) -> bool:
-    """The model trains on the CPU and loading is CPU-bound: workers and the step compete for cores."""
-    return cfg.accelerator == "cpu" and ladder.bound == BOUND_CPU
-
-
-def _contended(rung: Rung, cfg: RunConfig, ladder: LoaderLadder, k: float) -> bool:
-    """Workers that want more cores than the step leaves free while it runs."""
     return (
-        rung.num_workers > 0
-        and _shares_cores(cfg, ladder)
-        and rung.num_workers > _cpus(cfg, ladder) - k + 1e-9
+        f"Prefetch {c.settings.get('prefetch_factor')} batches per worker",
+        "Measured faster on this run's own loader.",
     )
-
-
-def _shares_cores_well(rung: Rung, cfg: RunConfig, ladder: LoaderLadder, k: float) -> bool:
-    """A rung "covers" the model only if it does so on the cores the step leaves (always, off the CPU)."""
-    if rung.num_workers == 0 or not _shares_cores(cfg, ladder):
-        return True
-    return not _contended(rung, cfg, ladder, k)
-
-
-def _rung_for(ladder: LoaderLadder, workers: int, prefetch: int | None) -> Rung | None:
-    if workers == 0:
-        return ladder.rung(0)
-    return ladder.rung(workers, prefetch or 2) or ladder.rung(workers)
-
-
-def _covers(rung: Rung, consumption: float) -> bool:
-    return rung.samples_per_s >= consumption * COVER_MARGIN
-
-
-def _per_sample_s(
-    rung: Rung, consumption: float | None, cfg: RunConfig, ladder: LoaderLadder, k: float = DEFAULT_STEP_CORES
-) -> float:
-    """Predicted seconds per sample of training with this loader setting, the run as it trains.
-
-    Without workers, loading and the step run one after the other. With workers they overlap, so the slower
-    one sets the pace. When the model also trains on the CPU and loading is CPU-bound, the workers get, while
-    the step runs, only the cores it leaves free (``usable - k``, ``k`` the cores the step keeps busy) and all
-    of them (up to one per worker) while the step waits for data: the CPU time a sample needs
-    (``cpu_per_sample_s``) that does not fit beside the step lengthens it.
-    """
-    step = 1.0 / consumption if consumption else 0.0
-    load = 1.0 / rung.samples_per_s if rung.samples_per_s > 0 else float("inf")
-    if rung.num_workers == 0:
-        return step + load
-    pace = max(step, load)
-    if _shares_cores(cfg, ladder) and rung.cpu_per_sample_s is not None:
-        cpus = _cpus(cfg, ladder)
-        beside = min(float(rung.num_workers), max(0.0, cpus - k)) * step  # loaded while the step runs
-        rest = max(0.0, rung.cpu_per_sample_s - beside)
-        pace = max(pace, step + rest / min(rung.num_workers, cpus))
-    return pace
-
-
-def _in_process_instead(
-    ladder: LoaderLadder,
-    rung_now: Rung | None,
-    consumption: float,
-    bs: int,
-    step_s: float,
-    cfg: RunConfig,
-    k: float,
-    steps_per_epoch: int | None,
-    stall_now: float,
-    epochs: float | None,
-    notes: list[str],
-) -> Rung | None:
-    """``num_workers=0`` when workers that restart every epoch cost more than loading in the training process:
-    its epoch (the step, then the loading, one after the other, no start-up) must beat the epoch with the workers
-    kept alive (their start-up once per fit) by MEASURED_GAIN_MIN. issue 19's worker_restart: 2 workers with a
-    0.4 s start-up over an in-memory dataset the process loads at 90 000 samples/s; persistent workers made its
-    6-epoch fit 3.6x faster, no workers 21.6x."""
-    zero = ladder.rung(0)
-    if zero is None or rung_now is None or not steps_per_epoch or zero.rough:
-        return None
-    kept = _epoch_s(steps_per_epoch, step_s, _once_per_fit(rung_now.startup_s, epochs))
-    alone = _epoch_s(steps_per_epoch, bs * _per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
-    if alone <= 0 or kept / alone < MEASURED_GAIN_MIN:
-        return None
-    notes.append(
-        f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
-        f"workers is predicted at {alone:.3f} s against {kept:.3f} s with them kept alive ({stall_now * 1e3:.0f} ms "
-        "start-up an epoch now)."
-    )
-    return zero
-
-
-def _predicted_step_s(
-    chosen: Rung | None,
-    rung_now: Rung | None,
-    consumption: float | None,
-    bs: int,
-    step_s: float,
-    cfg: RunConfig,
-    ladder: LoaderLadder,
-    k: float = DEFAULT_STEP_CORES,
-) -> float:
-    if chosen is None or consumption is None:
-        return step_s
-    return bs * _per_sample_s(chosen, consumption, cfg, ladder, k)
-
-
-def _once_per_fit(startup_s: float, epochs: float | None) -> float:
-    """A start-up paid once per fit, per epoch (0 when the fit's epochs are unknown)."""
-    return startup_s / epochs if epochs and epochs > 0 else 0.0
-
-
-def _epoch_s(steps_per_epoch: int | None, step_s: float, stall_s: float) -> float:
-    """Seconds per epoch; with an unknown epoch length, per step (start-up stalls then cannot be weighed)."""
-    if not steps_per_epoch:
-        return step_s
-    return steps_per_epoch * step_s + stall_s
-
-
-def _evidence(
-    ladder: LoaderLadder,
-    consumption: float | None,
-    step_s: float,
-    step_new: float,
-    stall_s: float,
-    steps_per_epoch: int | None,
-) -> dict[str, Any]:
-    return {
-        "ladder": [
-            {
-                "num_workers": r.num_workers,
-                "prefetch_factor": r.prefetch_factor,
-                "samples_per_s": round(r.samples_per_s, 1),
-                "startup_ms": round(r.startup_s * 1e3, 1),
-            }
-            for r in ladder.rungs
-        ],
-        "bound": ladder.bound,
-        "ceiling_samples_per_s": round(ladder.ceiling_samples_per_s, 1),
-        "consumption_samples_per_s": None if consumption is None else round(consumption, 1),
-        "step_ms": round(step_s * 1e3, 3),
-        "predicted_step_ms": round(step_new * 1e3, 3),
-        "epoch_start_stall_ms": round(stall_s * 1e3, 1),
-        "steps_per_epoch": steps_per_epoch,
-    }
 
 
 def _describe(settings: dict[str, Any]) -> str:

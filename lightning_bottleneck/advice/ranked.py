@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.categories import Provenance
+from lightning_bottleneck.report import Recommendation
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Candidate, Ranking
@@ -36,10 +37,11 @@ def _measured_no_faster(rec: Recommendation, tried: list[Candidate]) -> Candidat
 
 
 def _match(c: Candidate, recs: list[Recommendation], backed: dict[int, list[Candidate]]) -> int | None:
+    if c.lever is not None:  # the rule's lever and the advice that words it carry one stable id
+        for i, r in enumerate(recs):
+            if r.lever == c.lever:
+                return i
     same = [i for i, r in enumerate(recs) if r.kind == c.category.value]
-    for i in same:  # the loader plan's own recommendations carry the candidate's name as title
-        if recs[i].title == c.name:
-            return i
     if c.key is not None:
         for i in same:
             if c.key in recs[i].settings:
@@ -48,7 +50,7 @@ def _match(c: Candidate, recs: list[Recommendation], backed: dict[int, list[Cand
             for i, r in enumerate(recs):
                 if c.key in r.settings and i not in backed:
                     return i
-    if c.method == "estimated" or c.key is None or c.key == "cheaper_samples":
+    if c.method == Provenance.ESTIMATED or c.key is None or c.key == "cheaper_samples":
         for i in same:
             if i not in backed:
                 return i
@@ -100,7 +102,7 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
     for c in ranking.candidates:
         i = _match(c, out, backed)
         if i is None:
-            if c.method != "measured":
+            if c.method != Provenance.MEASURED:
                 continue
             out.append(_from_trial(c))
             i = len(out) - 1
@@ -111,7 +113,9 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
         saved = [c.saved_s for c in cands]
         r.saved_s = None if any(s is None for s in saved) else sum(s or 0.0 for s in saved)
         methods = {c.method for c in cands}
-        r.method = next((m for m in ("measured", "computed") if m in methods), "estimated")
+        r.method = next(
+            (m for m in (Provenance.MEASURED, Provenance.COMPUTED) if m in methods), Provenance.ESTIMATED
+        )
         r.basis = "; ".join(c.basis for c in cands)
         measured = [c.measured_speedup for c in cands if c.measured_speedup is not None]
         if measured:
@@ -135,7 +139,7 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
         )
         top = ranking.account.speedup(r.saved_ms_per_step + more) if more > 0 else None
         bottom = ranking.account.speedup(r.saved_ms_per_step - less) if less > 0 else None
-        if r.method == "estimated" and r.expected_speedup and r.expected_speedup_range is None:
+        if r.method == Provenance.ESTIMATED and r.expected_speedup and r.expected_speedup_range is None:
             # not measured on this run: a share of the step times a published speed-up (or "all of the data
             # wait if samples cost nothing") is an upper bound, no 20% prediction; a candidate may name a higher
             # bound than its typical figure (compile on per-op overhead: OVERHEAD_RECOVERABLE_MAX)

@@ -1,20 +1,42 @@
 """Per-call-site advice for host-device syncs: the rewrite that removes or defers each one.
 
 One :class:`Recommendation` per :class:`SyncSite` (worst first), naming the user's line, with a
-``settings`` dict and a copy-pasteable ``snippet`` for the API that synced.
+``settings`` dict and a copy-pasteable ``snippet`` for the API that synced; and which ``self.log`` option
+avoids a sync Lightning makes on the user's behalf (:func:`avoid_lightning_log_sync`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from lightning_bottleneck.evidence import SyncSite
-from lightning_bottleneck.output.report import Recommendation
+from lightning_bottleneck.report import Recommendation
 from lightning_bottleneck.vocabulary import VIA_BOOL, VIA_COPY, VIA_PRINT, VIA_READ, VIA_SYNC
 
 # Lightning's default Trainer(log_every_n_steps=50): reading a value every N steps instead of every step
 # divides the syncs by N (lightning.pytorch.Trainer docs, ``log_every_n_steps``).
 READ_EVERY_N_STEPS = 50
+
+
+def avoid_lightning_log_sync(options: dict[str, Any], paths: dict[str, int]) -> dict[str, Any]:
+    """Which ``self.log`` option avoids Lightning's sync, and the alternatives.
+
+    ``options``: the ``self.log`` call's options; ``paths``: how often Lightning read the value back for the
+    progress bar (``"progress_bar"``) and for the loggers (``"logger"``). The live tracker attaches the result
+    to the sync site as it attributes the sync (``extra["avoid"]``, ``extra["alternatives"]``), where the
+    finding's text and evidence and :func:`_lightning_log` read it.
+    """
+    alternatives = []
+    if paths.get("progress_bar"):
+        avoid = "prog_bar=False"
+        alternatives.append("on_step=False")
+    else:
+        avoid = "on_step=False"
+        alternatives.append("log_every_n_steps=<larger>")
+    if options.get("sync_dist"):
+        alternatives.insert(0, "sync_dist=False")
+    return {"avoid": avoid, "alternatives": alternatives}
 
 
 def _rate(site: SyncSite) -> str:

@@ -89,6 +89,11 @@ class FitLedger:
         """``part``'s share of the fit's wall time (0 for an empty fit)."""
         return self.parts.get(part, 0.0) / self.fit_s if self.fit_s > 0 else 0.0
 
+    def own_fit_s(self) -> float:
+        """The fit's wall time without this package's own work (the DIAGNOSIS part: the measurement stage, the
+        verdicts): what the run takes without the callback, which every share and speed-up here is of."""
+        return max(0.0, self.fit_s - self.parts.get(FitPart.DIAGNOSIS, 0.0))
+
     def train_step_ms(self) -> float:
         """The mean training step (ms): the training steps' part over their count (0 for a fit without steps)."""
         return self.parts[FitPart.TRAINING_STEPS] * 1e3 / self.train_steps if self.train_steps > 0 else 0.0

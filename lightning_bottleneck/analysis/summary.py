@@ -60,6 +60,9 @@ class TraceSummary:
     # ---- what rules, advice and the CLI read beyond the shares
     notes: list[str] = field(default_factory=list)  # reader and step notes (what was dropped and why)
     timing_doubt: str | None = None  # the trace's timing is implausible and its unit unknown (time_unit.py)
+    timing_repaired: bool = (
+        False  # the clock was rescaled or events with impossible timing dropped (the reader)
+    )
     host: str | None = None  # the machine the rank ran on (live runs)
     dataloader_iter: list[str] = field(default_factory=list)  # e.g. ["_SingleProcessDataLoaderIter"]
     softmax_per_step: float = 0.0  # hand-written attention signature ...

@@ -90,6 +90,7 @@ def summarize_trace(
         source=source if source is not None else str(trace.path),
     )
     summary.timing_doubt = trace.timing_doubt
+    summary.timing_repaired = trace.timing_repaired
     launch_ts, launch_end = launch if launch is not None else launch_times(trace)
     if steps is None:
         steps = analysed_steps(trace, (launch_ts, launch_end))

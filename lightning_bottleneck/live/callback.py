@@ -20,38 +20,13 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck.live.fit_run import FitRun, RunOptions
 from lightning_bottleneck.live.options import check_bool, check_int, check_path, check_seconds, check_timeout
+from lightning_bottleneck.live.phase_hooks import PHASE_HOOKS, set_phase_hooks
 from lightning_bottleneck.live.profiler_window import WindowOptions, stands_down
 from lightning_bottleneck.measure.stage import MeasureOptions
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import PHASE_BACKWARD, PHASE_TRAINING_STEP, PHASE_VALIDATION
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-#: Hooks that only label the phases of recorded steps. While the torch profiler does not run (before the
-#: window, after it: the whole fit but ~15 steps) they have nothing to do, and are taken out of Lightning's
-#: hook calls (issue 18: each call, with its profiler action, costs 5-15 us a step after a CPU step has evicted
-#: the interpreter's caches, against ~1 us in a tight loop).
-PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-
-
-def _idle(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
-@functools.cache
-def _skipped_hook() -> Any:
-    """What stands in for an idle hook: ``None``, which Lightning's ``_call_callback_hooks`` skips (it calls a
-    callback's hook only ``if callable(fn)``: no call, no profiler action), or a no-op function where this
-    Lightning's hook dispatch does not say so."""
-    import inspect
-
-    try:
-        from lightning.pytorch.trainer.call import _call_callback_hooks
-
-        return None if "if callable(fn):" in inspect.getsource(_call_callback_hooks) else _idle
-    except Exception:  # no source (a frozen install), another layout: the safe stand-in
-        return _idle
 
 
 def _guarded(fn: F) -> F:
@@ -181,7 +156,7 @@ class BottleneckCallback(Callback):
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
-        self.phase_hooks(True)
+        set_phase_hooks(self, True)
         self._disabled = False
         self._active_fit = False
         self._run = FitRun(self._run_options(), owner=self)
@@ -214,15 +189,6 @@ class BottleneckCallback(Callback):
     def schedule_length(self) -> int:
         """Training steps until the last profiled step of the last cycle."""
         return self._run.window.options.length
-
-    def phase_hooks(self, on: bool) -> None:
-        """Put the phase-label hooks (:data:`PHASE_HOOKS`) in Lightning's hook calls (``on``) or take them out
-        (an instance attribute shadows the method; removing it restores the method)."""
-        for name in PHASE_HOOKS:
-            if on:
-                self.__dict__.pop(name, None)
-            else:
-                self.__dict__[name] = _skipped_hook()
 
     def _note(self, text: str) -> None:
         self._run.notes.append(text)
@@ -312,10 +278,8 @@ class BottleneckCallback(Callback):
         try:
             run = self._run
             run.timer.batch_start()
-            if self._labels:  # the data_wait label opened at the previous batch end
-                run.window.close_all()
-            if run.profiling:
-                run.window.open(PHASE_TRAINING_STEP)
+            if self._labels or run.profiling:  # one test outside the window
+                run.window.enter(PHASE_TRAINING_STEP)
         except Exception as err:
             self._disable(f"on_train_batch_start: {type(err).__name__}: {err}")
 
@@ -323,15 +287,11 @@ class BottleneckCallback(Callback):
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
     ) -> None:
-        if self._labels:
-            self._run.window.close_all()
-        if self._run.profiling:
-            self._run.window.open(PHASE_BACKWARD)
+        self._run.window.enter(PHASE_BACKWARD)
 
     @_guarded
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._labels:
-            self._run.window.close_all()
+        self._run.window.enter(None)
 
     @_guarded
     def on_before_optimizer_step(
@@ -349,7 +309,7 @@ class BottleneckCallback(Callback):
             run = self._run
             run.timer.batch_end()
             if self._labels:
-                run.window.close_all()
+                run.window.enter(None)
             run.batch_end(trainer, pl_module, batch, batch_idx)
         except Exception as err:
             self._disable(f"on_train_batch_end: {type(err).__name__}: {err}")
@@ -360,17 +320,13 @@ class BottleneckCallback(Callback):
         if trainer.sanity_checking or not self._active_fit:
             return
         self._run.pause()
-        if self._labels:
-            self._run.window.close_all()
-        if self._run.profiling:
-            self._run.window.open(PHASE_VALIDATION)
+        self._run.window.enter(PHASE_VALIDATION)
 
     @_guarded
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._active_fit:
             return
-        if self._labels:
-            self._run.window.close_all()
+        self._run.window.enter(None)
         self._run.resume()
 
     # ------------------------------------------------------------------ the end

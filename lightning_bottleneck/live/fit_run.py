@@ -9,6 +9,7 @@ state lives here, so that a new fit (or a ``ddp_spawn`` worker) starts from noth
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +18,19 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lightning_bottleneck.analysis.ledger import FitLedger
+from lightning_bottleneck.analysis.ledger import FitLedger, merge_ranks
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.evidence import RunConfig, TimingStats
+from lightning_bottleneck.diagnose import diagnose
+from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
+from lightning_bottleneck.evidence.contention import CpuSnapshot
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.live.ledger import LiveLedger
 from lightning_bottleneck.live.offload import ChildWorker
+from lightning_bottleneck.live.phase_hooks import set_phase_hooks
 from lightning_bottleneck.live.profiler_window import ProfilerWindow, WindowOptions, worker_name
 from lightning_bottleneck.live.publishing import exit_note, publish
+from lightning_bottleneck.live.run_inspection import memory_stats
 from lightning_bottleneck.live.timing import StepTimer
 from lightning_bottleneck.live.verdict_cycle import (
     against_midrun,
@@ -34,15 +39,14 @@ from lightning_bottleneck.live.verdict_cycle import (
     midrun_note,
     outside_steps,
     picture_changed,
-    take_verdict,
     unfinished_window_note,
 )
 from lightning_bottleneck.live.verdict_outputs import publish_picture, publish_scalars
 from lightning_bottleneck.live.window_analysis import WindowAnalysis, analyse_trace_file
-from lightning_bottleneck.measure.contention import CpuSnapshot, take_snapshot
+from lightning_bottleneck.measure.contention import take_snapshot
 from lightning_bottleneck.measure.memory_trend import MemorySampler
-from lightning_bottleneck.measure.stage import Measured, MeasureOptions, measure, window_check
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.measure.stage import MeasureOptions, measure, window_check
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
 REPORT_FILENAME = "bottleneck_report.json"
@@ -110,7 +114,7 @@ class FitRun:
         self.window_ring: tuple[int, int] | None = None  # step_ms ring positions of the window's steps
         self.summary: TraceSummary | None = None
         self.phases: StepPhases | None = None
-        self.measured: Measured | None = None
+        self.measured: Evidence | None = None  # what the measurement stage found (once it ran)
         self.memory: MemorySampler | None = None
         self.picture: threading.Thread | None = None
         self.ledger: LiveLedger | None = None  # the whole fit by part (live/ledger.py), from setup on
@@ -190,12 +194,12 @@ class FitRun:
         self.phase_hooks(force_on=True)
 
     def phase_hooks(self, force_on: bool = False) -> None:
-        """The owner's phase-label hooks run only while the torch profiler runs (``BottleneckCallback.PHASE_HOOKS``);
-        back in place when the fit ends, on every path."""
+        """The owner's phase-label hooks run only while the torch profiler runs (:mod:`.phase_hooks`); back in
+        place when the fit ends, on every path."""
         on = force_on or self.window.prof is not None
         if on != self.phase_hooks_on and self.owner is not None:
             self.phase_hooks_on = on
-            self.owner.phase_hooks(on)
+            set_phase_hooks(self.owner, on)
 
     # ------------------------------------------------------------------ per step (hot path)
     def batch_end(
@@ -308,28 +312,30 @@ class FitRun:
     def run_measurements(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.measured is not None:
             return
-        config = self.config or RunConfig()
+        measured = Evidence(  # the evidence so far; the stage adds what it measures
+            summaries=[self.summary] if self.summary is not None else [],
+            timing=self.timing(),
+            config=self.config or RunConfig(),
+            ledger=self.ledger_snapshot(),
+            rank=self.rank,
+        )
         try:
-            self.measured = measure(
+            measure(
                 trainer,
                 pl_module,
                 self.options.measure,
-                ledger=self.ledger_snapshot(),
-                summary=self.summary,
-                timing=self.timing(),
+                measured,
                 outside_ms=self.outside_steps(),
                 batch=self.batch,
                 batch_idx=self.batch_idx,
                 cpu_start=self.cpu_start,
                 cpu_end=self.cpu_end,
-                batch_size=config.batch_size,
-                num_workers=config.num_workers,
-                persistent_workers=config.persistent_workers,
                 agree=self.gather.agree if self.world_size > 1 else None,
             )
         finally:
             self.batch = None
-        self.notes += self.measured.notes
+        self.measured = measured
+        self.notes += measured.notes
 
     def outside_steps(self) -> list[float]:
         """Always-on step times outside the profiled window (its steps cut out of the ring by position)."""
@@ -416,24 +422,29 @@ class FitRun:
         trace_files: list[str],
         ledgers: list[FitLedger] | None = None,
     ) -> Report:
-        """Diagnose; ``ledgers`` are every rank's fit ledgers (default: this rank's, as it stands now)."""
+        """The run's evidence as it stands (what the stage measured, and everything else the run saw), diagnosed by
+        the same :func:`diagnose` the offline CLI runs; ``ledgers`` are every rank's fit ledgers (default: this
+        rank's, as it stands now)."""
         if ledgers is None:
             own = self.ledger_snapshot()
-            ledgers = [own] if own is not None else None
-        return take_verdict(
-            trainer,
+            ledgers = [own] if own is not None else []
+        evidence = dataclasses.replace(
+            self.measured or Evidence(),
             summaries=summaries,
-            sites=sites,
-            trace_files=trace_files,
             timing=self.timing(),
-            measured=self.measured,
-            memory=self.memory,
+            sync_sites=sites,
+            memory=memory_stats(trainer),
             oom=self.oom,
-            config=self.config,
+            config=self.config or RunConfig(),
             environment=self.env,
-            notes=self.notes,
-            ledgers=ledgers,
+            trace_files=trace_files,
+            notes=list(self.notes),
+            rank=trainer.global_rank,
+            memory_trend=self.memory.trend() if self.memory is not None else None,
+            ledger=merge_ranks(ledgers) if ledgers else None,
+            ledger_ranks=list(ledgers),
         )
+        return diagnose(evidence)
 
     def publish(self, trainer: pl.Trainer, report: Report) -> None:
         written = publish(

@@ -6,9 +6,10 @@ Every hook and loop stage Lightning runs goes through ``trainer.profiler.profile
 ``start``/``stop``): ``[Callback]<state_key>.<hook>``, ``[LightningModule]<cls>.<hook>``,
 ``[Strategy]<cls>.<hook>``, ``run_training_epoch``, ``run_training_batch``,
 ``[_TrainingEpochLoop].train_dataloader_next``, ``[_EvaluationLoop].val_next``, ``save_checkpoint``. The
-Trainer reads ``trainer.profiler`` at call time, so :class:`LedgerProfiler`, installed in the callback's
-``setup``, sees them all. It forwards every call to the user's profiler (``PassThroughProfiler`` by default,
-then nothing is forwarded at all), so ``Trainer(profiler="simple" | "advanced")`` keeps its output.
+Trainer reads ``trainer.profiler`` at call time, so :class:`~.ledger_profiler.LedgerProfiler`, installed in
+the callback's ``setup``, sees them all. It forwards every call to the user's profiler
+(``PassThroughProfiler`` by default, then nothing is forwarded at all), so
+``Trainer(profiler="simple" | "advanced")`` keeps its output.
 
 What has no action of its own is bounded by instance attributes set for the fit and removed at its end:
 ``val_loop.run`` (a validation run or the sanity check, including its ``iter(val_dataloader)``), ``fit_loop.run``
@@ -28,6 +29,13 @@ cheaper than ``PassThroughProfiler``'s generator-based ``profile`` they replace.
 
 This package's own work (its callback's hooks: the profiling window, the mid-run verdict and measurement
 stage) is the part :attr:`FitPart.DIAGNOSIS`.
+
+Where the pieces are
+--------------------
+This module installs the ledger for the fit (profiler, bounds) and reads the figures off it. The clock and
+its generic contexts are :mod:`~lightning_bottleneck.live.ledger_clock`; which part each action name belongs
+to is :mod:`~lightning_bottleneck.live.ledger_actions`; the profiler that stands in for ``trainer.profiler``
+is :mod:`~lightning_bottleneck.live.ledger_profiler`.
 """
 
 from __future__ import annotations
@@ -40,18 +48,17 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback, Checkpoint
-from lightning.pytorch.profilers import PassThroughProfiler, Profiler
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.profilers import Profiler
 
 from lightning_bottleneck.analysis.ledger import FitLedger, HookTime
 from lightning_bottleneck.categories import FitPart
+from lightning_bottleneck.live.ledger_actions import ActionClassifier
+from lightning_bottleneck.live.ledger_clock import PART_SLOT, SlotClock, Timed
+from lightning_bottleneck.live.ledger_profiler import LedgerProfiler
 
-__all__ = ["LedgerProfiler", "LiveLedger"]
+__all__ = ["LiveLedger"]
 
-_PARTS = list(FitPart)
-_INDEX = {p: i for i, p in enumerate(_PARTS)}
-#: Callback hooks that are part of saving a checkpoint whichever callback overrides them.
-_CHECKPOINT_HOOKS = frozenset({"on_save_checkpoint", "state_dict"})
 #: Logger-connector methods that update/compute logged metrics or hand them to the loggers (Lightning 2.x;
 #: a method a version lacks is skipped). ``on_batch_start`` is not one (a batch-size read).
 _CONNECTOR_METHODS = (
@@ -67,338 +74,6 @@ _CONNECTOR_METHODS = (
 )
 
 
-class _Clock:
-    """Seconds per slot: ``cur`` runs now, ``stack`` holds the slots interrupted by nested ones."""
-
-    __slots__ = ("acc", "calls", "cur", "names", "parts", "stack", "t", "t0")
-
-    def __init__(self) -> None:
-        self.acc: list[float] = []
-        self.calls: list[int] = []
-        self.parts: list[FitPart] = []
-        self.names: list[str | None] = []
-        for part in _PARTS:
-            self.new_slot(part)
-        self.stack: list[int] = []
-        self.cur = _INDEX[FitPart.SETUP_TEARDOWN]
-        self.t0 = self.t = perf_counter()
-
-    def new_slot(self, part: FitPart, name: str | None = None) -> int:
-        self.acc.append(0.0)
-        self.calls.append(0)
-        self.parts.append(part)
-        self.names.append(name)
-        return len(self.acc) - 1
-
-    def enter(self, slot: int) -> None:
-        now = perf_counter()
-        self.acc[self.cur] += now - self.t
-        self.t = now
-        self.stack.append(self.cur)
-        self.cur = slot
-        self.calls[slot] += 1
-
-    def exit(self) -> None:
-        now = perf_counter()
-        self.acc[self.cur] += now - self.t
-        self.t = now
-        if self.stack:
-            self.cur = self.stack.pop()
-
-    def set_level(self, depth: int, slot: int) -> None:
-        """The slot that runs at nesting ``depth`` (when the slots above it have ended) becomes ``slot``."""
-        if depth < 0:
-            return
-        if depth < len(self.stack):
-            self.stack[depth] = slot
-        elif depth == len(self.stack):
-            now = perf_counter()
-            self.acc[self.cur] += now - self.t
-            self.t = now
-            self.cur = slot
-
-    def flush(self) -> float:
-        now = perf_counter()
-        self.acc[self.cur] += now - self.t
-        self.t = now
-        return now - self.t0
-
-
-class _Null:
-    """A hook nobody overrides, or an action of no interest: its time stays with the slot around it."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NULL = _Null()
-
-
-class _Timed:
-    """An action with a slot of its own (inlined enter/exit: this is the per-hook cost)."""
-
-    __slots__ = ("clock", "slot")
-
-    def __init__(self, clock: _Clock, slot: int) -> None:
-        self.clock = clock
-        self.slot = slot
-
-    def __enter__(self) -> None:
-        c = self.clock
-        now = perf_counter()
-        c.acc[c.cur] += now - c.t
-        c.t = now
-        c.stack.append(c.cur)
-        c.cur = self.slot
-        c.calls[self.slot] += 1
-
-    def __exit__(self, *exc: object) -> None:
-        c = self.clock
-        now = perf_counter()
-        c.acc[c.cur] += now - c.t
-        c.t = now
-        if c.stack:
-            c.cur = c.stack.pop()
-
-
-class _Save:
-    """A checkpoint save: timed in its own slot like :class:`_Timed`, and each save's wall seconds widen the
-    ledger's per-save spread (min, max: two floats, updated once a save)."""
-
-    __slots__ = ("ledger", "t")
-
-    def __init__(self, ledger: LiveLedger) -> None:
-        self.ledger = ledger
-        self.t = 0.0
-
-    def __enter__(self) -> None:
-        self.ledger.clock.enter(self.ledger.s_save)
-        self.t = perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        seconds = perf_counter() - self.t
-        led = self.ledger
-        led.clock.exit()
-        led.save_min_s = seconds if led.save_min_s is None else min(led.save_min_s, seconds)
-        led.save_max_s = max(led.save_max_s, seconds)
-
-
-class _Count:
-    """An action only counted when it completes (its time stays with the slot around it)."""
-
-    __slots__ = ("calls", "slot")
-
-    def __init__(self, clock: _Clock, slot: int) -> None:
-        self.calls = clock.calls
-        self.slot = slot
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if exc_type is None:
-            self.calls[self.slot] += 1
-
-
-class _Epoch:
-    """``run_training_epoch``: the epoch's boundary until its first batch is fetched."""
-
-    __slots__ = ("ledger",)
-
-    def __init__(self, ledger: LiveLedger) -> None:
-        self.ledger = ledger
-
-    def __enter__(self) -> None:
-        led = self.ledger
-        led.clock.enter(led.s_epoch)
-        led.epoch_depth = len(led.clock.stack)
-        led.first_fetch = True
-
-    def __exit__(self, *exc: object) -> None:
-        led = self.ledger
-        led.clock.exit()
-        led.epoch_depth = -1
-
-
-class _TrainFetch:
-    """``train_dataloader_next``: a step starts with its batch fetch; an epoch's first fetch (worker start-up,
-    the first batch's production) is the epoch boundary's."""
-
-    __slots__ = ("ledger",)
-
-    def __init__(self, ledger: LiveLedger) -> None:
-        self.ledger = ledger
-
-    def __enter__(self) -> None:
-        led = self.ledger
-        c = led.clock
-        c.set_level(led.epoch_depth, led.s_step)  # after the fetch, the step goes on
-        c.enter(led.s_first_fetch if led.first_fetch else led.s_fetch)
-
-    def __exit__(self, *exc: object) -> None:
-        led = self.ledger
-        led.clock.exit()
-        led.first_fetch = False
-
-
-class _StepEnd:
-    """``LightningModule.on_train_batch_end`` (always called): the step ends when it returns."""
-
-    __slots__ = ("ledger",)
-
-    def __init__(self, ledger: LiveLedger) -> None:
-        self.ledger = ledger
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        led = self.ledger
-        led.clock.set_level(led.epoch_depth, led.s_between)
-
-
-class _ValFetch:
-    """``val_next``: the validation loader's wait (or the sanity check's)."""
-
-    __slots__ = ("ledger",)
-
-    def __init__(self, ledger: LiveLedger) -> None:
-        self.ledger = ledger
-
-    def __enter__(self) -> None:
-        led = self.ledger
-        led.clock.enter(led.s_sanity_fetch if led.in_sanity else led.s_val_fetch)
-
-    def __exit__(self, *exc: object) -> None:
-        self.ledger.clock.exit()
-
-
-class _ValStep:
-    """``validation_step``: counted as a validation or a sanity-check batch."""
-
-    __slots__ = ("ledger",)
-
-    def __init__(self, ledger: LiveLedger) -> None:
-        self.ledger = ledger
-
-    def __enter__(self) -> None:
-        led = self.ledger
-        led.clock.calls[led.s_sanity_steps if led.in_sanity else led.s_val_steps] += 1
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-class _Forwarded:
-    """Our context around the user's profiler's own ``profile(action)`` (theirs inside ours)."""
-
-    __slots__ = ("cm", "name", "ours", "user")
-
-    def __init__(self, ours: Any, user: Profiler, name: str) -> None:
-        self.ours = ours
-        self.user = user
-        self.name = name
-        self.cm: Any = None
-
-    def __enter__(self) -> str:
-        self.ours.__enter__()
-        self.cm = self.user.profile(self.name)
-        try:
-            return self.cm.__enter__()
-        except BaseException:
-            self.ours.__exit__(None, None, None)
-            raise
-
-    def __exit__(self, *exc: Any) -> Any:
-        try:
-            return self.cm.__exit__(*exc)
-        finally:
-            self.ours.__exit__(*exc)
-
-
-_OWN = frozenset({"_user", "_ledger", "_ctxs", "_forward"})
-
-
-class LedgerProfiler(Profiler):
-    """``trainer.profiler`` for the fit: times actions for the ledger and forwards everything to the user's.
-
-    Attributes it does not have itself (``dirpath``, ``_lightning_module``, a profiler's own fields) are read
-    from and written to the user's profiler.
-    """
-
-    def __init__(
-        self, user: Profiler, ledger: LiveLedger
-    ) -> None:  # no super().__init__: fields are the user's
-        object.__setattr__(self, "_user", user)
-        object.__setattr__(self, "_ledger", ledger)
-        object.__setattr__(self, "_ctxs", {})
-        object.__setattr__(self, "_forward", type(user) is not PassThroughProfiler)
-
-    # ---- the hot path
-    def profile(self, action_name: str) -> Any:
-        ctx = self._ctxs.get(action_name)
-        if ctx is None:
-            ctx = self._ctxs[action_name] = self._ledger.classify(action_name)
-        if self._forward:
-            return _Forwarded(ctx, self._user, action_name)
-        return ctx
-
-    def start(self, action_name: str) -> None:
-        ctx = self._ctxs.get(action_name)
-        if ctx is None:
-            ctx = self._ctxs[action_name] = self._ledger.classify(action_name)
-        ctx.__enter__()
-        if self._forward:
-            try:
-                self._user.start(action_name)
-            except BaseException:
-                ctx.__exit__(None, None, None)
-                raise
-
-    def stop(self, action_name: str) -> None:
-        try:
-            if self._forward:
-                self._user.stop(action_name)
-        finally:
-            ctx = self._ctxs.get(action_name)
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
-
-    # ---- everything else is the user's profiler's
-    def summary(self) -> str:
-        return self._user.summary()
-
-    def describe(self) -> None:
-        self._user.describe()
-
-    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
-        self._user.setup(stage, local_rank=local_rank, log_dir=log_dir)
-
-    def teardown(self, stage: str | None) -> None:
-        self._user.teardown(stage)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _OWN:  # not set yet (unpickling): never recurse
-            raise AttributeError(name)
-        return getattr(self._user, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _OWN:
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._user, name, value)
-
-    def __del__(
-        self,
-    ) -> None:  # the base class tears down on deletion: the user's profiler is not ours to close
-        return None
-
-
 class LiveLedger:
     """One fit's ledger: installs the profiler and the bounds at ``setup``, :meth:`snapshot` any time,
     :meth:`uninstall` on every way out (idempotent, never raises)."""
@@ -407,8 +82,8 @@ class LiveLedger:
         self.trainer = trainer
         self.pl_module = pl_module
         self.owner = owner
-        self.clock = c = _Clock()
-        i = _INDEX
+        self.clock = c = SlotClock()
+        i = PART_SLOT
         self.s_step = i[FitPart.TRAINING_STEPS]
         self.s_between = i[FitPart.UNACCOUNTED]
         self.s_fetch = c.new_slot(FitPart.TRAINING_STEPS, "train fetch")
@@ -436,8 +111,7 @@ class LiveLedger:
         self.validation_run_walls: list[float] = []  # each validation run's wall seconds (8 bytes a run)
         self.save_min_s: float | None = None  # the fastest and slowest checkpoint save (wall seconds)
         self.save_max_s = 0.0
-        self._hook_slots: dict[str, int] = {}
-        self._by_key: dict[str, Callback] = {}
+        self.actions = ActionClassifier(self)  # action name -> slot, and the other callbacks' hook slots
         self._patched: list[tuple[Any, str]] = []
         self._compile_s0 = _compile_seconds()
         # (training seconds, training steps) when the profiling window started and ended recording
@@ -468,7 +142,7 @@ class LiveLedger:
 
     def _install(self) -> None:
         trainer = self.trainer
-        self._index_callbacks()
+        self.actions.index_callbacks()
         trainer.profiler = self.profiler
         self.installed = True
         fit_loop = trainer.fit_loop
@@ -522,7 +196,7 @@ class LiveLedger:
         self._patched.append((obj, name))
 
     def _timed(self, slot: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        ctx = _Timed(self.clock, slot)
+        ctx = Timed(self.clock, slot)
 
         def around(fn: Callable[..., Any]) -> Callable[..., Any]:
             def timed(*args: Any, **kwargs: Any) -> Any:
@@ -556,67 +230,10 @@ class LiveLedger:
         return run
 
     # ------------------------------------------------------------------ classification (once per action name)
-    def _index_callbacks(self) -> None:
-        self._by_key = {}
-        for cb in self.trainer.callbacks:
-            with contextlib.suppress(Exception):
-                self._by_key.setdefault(str(cb.state_key), cb)
-
     def classify(self, name: str) -> Any:
         """The context for one action name (cached by the profiler). Never raises: anything unexpected is
-        left to the slot around it."""
-        try:
-            return self._classify(name)
-        except Exception:
-            return _NULL
-
-    def _classify(self, name: str) -> Any:
-        if name.startswith("[Callback]"):
-            return self._callback_action(name)
-        if name.startswith("[LightningModule]"):
-            hook = name.rsplit(".", 1)[-1]
-            if hook == "on_train_batch_end":
-                return _StepEnd(self)
-            return _NULL
-        if name.startswith("[Strategy]"):
-            hook = name.rsplit(".", 1)[-1]
-            if hook == "validation_step":
-                return _ValStep(self)
-            return _NULL
-        if name == "run_training_batch":
-            return _Count(self.clock, self.s_train_steps)
-        if name == "run_training_epoch":
-            return _Epoch(self)
-        if name == "save_checkpoint":
-            return _Save(self)
-        if name.endswith("].train_dataloader_next"):
-            return _TrainFetch(self)
-        if name.endswith("].val_next"):
-            return _ValFetch(self)
-        return _NULL
-
-    def _callback_action(self, name: str) -> Any:
-        hook = name.rsplit(".", 1)[-1]
-        key = name[len("[Callback]") : -(len(hook) + 1)]
-        cb = self._by_key.get(key)
-        if cb is None:
-            self._index_callbacks()  # a callback added since setup
-            cb = self._by_key.get(key)
-            if cb is None:
-                return _NULL
-        if cb is self.owner:
-            return _Timed(self.clock, self.s_diagnosis)
-        if hook in _CHECKPOINT_HOOKS or isinstance(cb, Checkpoint):
-            if not _overrides(cb, hook, Callback):
-                return _NULL
-            return _Timed(self.clock, self.s_ckpt_hooks)
-        if not _overrides(cb, hook, Callback):
-            return _NULL
-        label = f"{type(cb).__name__}.{hook}"
-        slot = self._hook_slots.get(label)
-        if slot is None:
-            slot = self._hook_slots[label] = self.clock.new_slot(FitPart.CALLBACKS, label)
-        return _Timed(self.clock, slot)
+        left to the slot around it (:class:`~lightning_bottleneck.live.ledger_actions.ActionClassifier`)."""
+        return self.actions.classify(name)
 
     # ------------------------------------------------------------------ the figures
     def _training(self) -> tuple[float, int]:
@@ -665,7 +282,7 @@ class LiveLedger:
         parts[FitPart.COMPILE_WARMUP] += compiled
         hooks = {
             str(c.names[slot]): HookTime(c.acc[slot], c.calls[slot])
-            for slot in self._hook_slots.values()
+            for slot in self.actions.hook_slots.values()
             if c.calls[slot]
         }
         val_wait = c.acc[self.s_val_fetch]
@@ -692,14 +309,6 @@ class LiveLedger:
             hooks=hooks,
             profiled_extra_s=extra,
         )
-
-
-def _overrides(obj: Any, hook: str, base: type) -> bool:
-    """Whether ``obj``'s class (or the instance) defines ``hook`` differently from ``base``."""
-    if hook in vars(obj) if hasattr(obj, "__dict__") else False:
-        return True
-    mine = getattr(type(obj), hook, None)
-    return mine is not None and mine is not getattr(base, hook, None)
 
 
 def _compiled(pl_module: Any) -> bool:

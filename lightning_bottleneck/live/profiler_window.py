@@ -200,6 +200,14 @@ class ProfilerWindow:
         while self.labels:
             self.labels.pop().__exit__(None, None, None)
 
+    def enter(self, phase: str | None) -> None:
+        """The step moves to ``phase``: every open label closes, then ``phase`` opens if the step is recorded
+        (``None``: none). The one place the callback's hooks place labels."""
+        if self.labels:
+            self.close_all()
+        if phase is not None:
+            self.open(phase)
+
     def open_optimizer_step(self) -> None:
         """Lightning calls ``on_before_optimizer_step`` inside torch's ``Optimizer.step#`` span, after the
         closure (forward and backward) ran: the label opened here covers the update alone and is closed

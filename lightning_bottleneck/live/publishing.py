@@ -13,8 +13,8 @@ from typing import Any
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.output.text import render_markdown, render_text
+from lightning_bottleneck.report import Report, read_report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
 __all__ = [
@@ -118,8 +118,6 @@ def _evidence(report: Report) -> int:
 
 
 def _read_quietly(path: Path) -> Report | None:
-    from lightning_bottleneck.offline import read_report
-
     try:
         return read_report(path)
     except Exception:
@@ -152,7 +150,6 @@ def compare_with_baseline(report: Report, baseline: str) -> None:
     Never raises: a baseline that is missing, unreadable or not a valid report (a list, a string
     median, NaN) becomes a note saying why, and the report goes on without a comparison.
     """
-    from lightning_bottleneck.offline import read_report
     from lightning_bottleneck.output.compare import compare_runs
 
     try:

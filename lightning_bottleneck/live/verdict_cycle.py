@@ -1,98 +1,17 @@
-"""The verdict cycle the callback delegates to: the run's state -> :class:`Evidence` -> diagnosis -> what was
-measured put on the report; the mid-run verdict against the end-of-fit one; the helpers around them (the
+"""Around the verdict the callback takes (:meth:`~lightning_bottleneck.live.fit_run.FitRun.verdict`: the run's
+:class:`Evidence`, diagnosed): the mid-run verdict against the end-of-fit one, and the helpers around them (the
 memory sampler's source, OOM recognition, the step times outside the window). Nothing here runs per step."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from lightning_bottleneck.analysis.ledger import FitLedger, ledger_metrics, merge_ranks
-from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.diagnose import diagnose
-from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
 from lightning_bottleneck.live.profiler_window import WindowOptions
 from lightning_bottleneck.measure.memory_trend import MemorySampler
-from lightning_bottleneck.measure.stage import Measured
-from lightning_bottleneck.output.report import Report, ledger_cause
-
-
-def take_verdict(
-    trainer: pl.Trainer,
-    *,
-    summaries: list[TraceSummary],
-    sites: list[Any],
-    trace_files: list[str],
-    timing: TimingStats,
-    measured: Measured | None,
-    memory: MemorySampler | None,
-    oom: str | None,
-    config: RunConfig | None,
-    environment: dict[str, Any],
-    notes: list[str],
-    ledgers: list[FitLedger] | None = None,
-) -> Report:
-    """Diagnose the run's evidence (the same :func:`diagnose` the offline CLI runs), then decorate.
-
-    ``ledgers``: the fit's ledger, one per rank (global rank zero after the gather) or this rank's."""
-    from lightning_bottleneck.live.run_inspection import memory_stats
-
-    got = measured or Measured()
-    evidence = Evidence(
-        summaries=summaries,
-        timing=timing,
-        sync_sites=sites,
-        memory=memory_stats(trainer),
-        oom=oom,
-        config=config or RunConfig(),
-        environment=environment,
-        trace_files=trace_files,
-        notes=list(notes),
-        rank=trainer.global_rank,
-        run_length=got.run_length,
-        loader_ladder=got.loader_ladder,
-        trials=got.trials,
-        contention=got.contention,
-        busy_ranks=dict(got.busy_ranks),
-        window_check=got.window_check,
-        fit_probes=got.fit_probes,
-        memory_trend=memory.trend() if memory is not None else None,
-        ledger=merge_ranks(ledgers) if ledgers else None,
-    )
-    report = diagnose(evidence)
-    decorate(report, measured, memory)
-    if evidence.ledger is not None:
-        cause = ledger_cause(report, evidence.ledger)
-        report.metrics.setdefault("ledger", ledger_metrics(evidence.ledger, ledgers or [], cause))
-    return report
-
-
-def decorate(report: Report, measured: Measured | None, memory: MemorySampler | None) -> None:
-    """What was measured, under ``metrics`` (kept when diagnose already put it there), and the memory
-    creep finding."""
-    from lightning_bottleneck.rules.memory_creep import memory_creep_findings
-
-    metrics = report.metrics
-    if measured is not None:
-        if measured.run_length is not None:
-            metrics.setdefault("run_length", dataclasses.asdict(measured.run_length))
-        for key, value in (
-            ("loader_ladder", measured.loader_ladder),
-            ("trials", measured.trials),
-            ("contention", measured.contention),
-            ("window_check", measured.window_check),
-        ):
-            if value is not None:
-                metrics.setdefault(key, value.to_dict())
-    if memory is not None:
-        trend = memory.trend()
-        metrics.setdefault("memory_trend", trend.to_dict())
-        total = measured.run_length.total_steps if measured and measured.run_length else None
-        if not any("memory_creep_mb_per_1k_steps" in f.evidence for f in report.findings):
-            report.findings += memory_creep_findings(trend, total)
+from lightning_bottleneck.report import Report
 
 
 def midrun_note(steps: int, global_step: int) -> str:

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.live.offload import ChildFailed, ChildJob, ChildWorker
 from lightning_bottleneck.output.picture import IMAGE_TAG
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
 __all__ = ["log_png", "publish_picture", "publish_scalars", "verdict_scalars"]

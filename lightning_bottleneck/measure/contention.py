@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
+from lightning_bottleneck.evidence.contention import Contention, CpuSnapshot
 from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, affinity_cpus, psutil_module, usable_cpus
 
 try:
@@ -35,7 +35,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 
-__all__ = ["Contention", "CpuSnapshot", "assess", "take_snapshot"]
+__all__ = ["assess", "take_snapshot"]
 
 #: Other processes are a *material* drain when they leave the run fewer free CPUs than it wanted by at
 #: least this fraction: a CPU-bound step slows in proportion to the cores it loses, so a 20% shortfall
@@ -52,53 +52,6 @@ INVOLUNTARY_SWITCHES_PER_S = 40.0
 STEAL_SHARE = 0.1
 #: Windows shorter than this give no meaningful rates (a few scheduler ticks at HZ=250).
 MIN_WALL_S = 0.05
-
-
-@dataclass(frozen=True)
-class CpuSnapshot:
-    """CPU accounting at one instant (seconds unless named otherwise)."""
-
-    wall_s: float  # time.perf_counter()
-    cpu_s: float  # this process, all threads, user + system (psutil)
-    children_cpu_s: float  # all descendants, exited ones included (own_cpu_s): DataLoader/compile workers
-    involuntary_switches: int  # ru_nivcsw: preemptions of this process's threads
-    voluntary_switches: int  # ru_nvcsw: waits (I/O, locks, sleeps)
-    threads: int  # intra-op threads the run wants busy (torch.get_num_threads())
-    usable_cpus: int  # affinity and cgroup quota (lightning_bottleneck.measure.cpus.usable_cpus)
-    cpus_busy_s: float | None  # busy time (incl. steal) of the CPUs in this process's affinity (psutil)
-    cpus_steal_s: float | None  # steal time of those CPUs (a hypervisor running other guests)
-    cpus_total_s: float | None  # all time of those CPUs
-    loadavg_1m: float | None  # 1-minute load average (psutil; emulated on Windows)
-    available: bool = True  # False: psutil could not be imported, nothing above was read
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Contention:
-    """What two snapshots say about the window."""
-
-    busy: bool
-    wall_s: float
-    own_cores: float  # CPU time of this process (and its workers) / wall time
-    others_cores: float | None  # cores other processes used on our CPUs, when per-CPU times are readable
-    wanted_cores: float  # min(intra-op threads, usable CPUs)
-    free_cores: float | None  # usable CPUs minus others_cores
-    involuntary_per_s: float
-    steal_share: float | None
-    loadavg_1m: float | None
-    note: str
-    checked: bool = True  # False: the check was off (no psutil) or the window too short
-    self_cores: float | None = None  # CPU time of this process alone (not its workers) / wall time
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def __str__(self) -> str:
-        if not self.checked:
-            return "busy-machine check not run: " + self.note
-        return ("busy machine: " if self.busy else "machine not contended: ") + self.note
 
 
 def _cpu_times(ps: ModuleType, cpus: set[int] | None) -> tuple[float, float, float] | None:

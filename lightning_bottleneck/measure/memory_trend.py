@@ -22,16 +22,13 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lightning_bottleneck.evidence.memory_trend import DEFAULT_EVERY, MemoryTrend
 from lightning_bottleneck.measure.cpus import psutil_module
 
-__all__ = ["DEFAULT_CAPACITY", "DEFAULT_EVERY", "MemorySampler", "MemoryTrend", "read_rss_mb"]
+__all__ = ["DEFAULT_CAPACITY", "MemorySampler", "read_rss_mb"]
 
-#: Steps between samples at the start of a run: an RSS read every 10 steps is a few us per step on
-#: average, under the callback's always-on budget; the interval doubles as the buffer fills.
-DEFAULT_EVERY = 10
 #: Samples kept (two arrays of doubles: 4 KiB); enough points for a stable least-squares slope.
 DEFAULT_CAPACITY = 256
 
@@ -58,26 +55,6 @@ def _process(ps: Any) -> Any:
     if _PROCESS is None or _PROCESS.pid != os.getpid():
         _PROCESS = ps.Process()
     return _PROCESS
-
-
-@dataclass
-class MemoryTrend:
-    """Samples of memory in MB against the training step, oldest first."""
-
-    source: str = "rss"  # "rss" (process resident memory) | "cuda_allocated"
-    steps: list[float] = field(default_factory=list)
-    mb: list[float] = field(default_factory=list)
-    every: int = DEFAULT_EVERY  # the sampling interval in steps at the end of the run
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["mb"] = [round(x, 3) for x in self.mb]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemoryTrend:
-        return cls(str(d.get("source", "rss")), list(d.get("steps", [])), list(d.get("mb", [])),
-                   int(d.get("every", DEFAULT_EVERY)))  # fmt: skip
 
 
 class MemorySampler:

@@ -10,7 +10,7 @@ window's trace has been summarised. Each part is bounded and optional, and none 
   overhead is material; manual optimization is skipped with a note;
 * the loader probe on the *val* DataLoader when its wait dominated validation so far (the fit's ledger),
   within the same budget as the train probe, and the user's callbacks' frequency arguments
-  (:class:`~lightning_bottleneck.measure.fit_probes.FitProbes`);
+  (:class:`~lightning_bottleneck.evidence.fit_probes.FitProbes`);
 * the busy-machine check (:func:`~lightning_bottleneck.measure.contention.assess`) over the window;
 * whether the window is representative (:func:`~lightning_bottleneck.analysis.representative.check_window`).
 
@@ -18,8 +18,9 @@ The modules it calls restore what they touch (RNG states, model state, the train
 
 Example::
 
-    measured = measure(trainer, pl_module, MeasureOptions(), summary=summary, timing=timing, batch=batch)
-    evidence.loader_ladder, evidence.trials = measured.loader_ladder, measured.trials
+    evidence = Evidence(summaries=[summary], timing=timing, config=config, ledger=ledger)
+    measure(trainer, pl_module, MeasureOptions(), evidence, outside_ms=outside, batch=batch)
+    evidence.loader_ladder, evidence.trials      # what the stage measured, beside what it read
 """
 
 from __future__ import annotations
@@ -27,26 +28,26 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+import lightning_bottleneck.thresholds as thresholds
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary
 from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck, check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
 from lightning_bottleneck.categories import FitPart, Share
-from lightning_bottleneck.evidence import RunLength, TimingStats
-from lightning_bottleneck.measure.contention import Contention, CpuSnapshot, assess
+from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
+from lightning_bottleneck.evidence.contention import Contention, CpuSnapshot
+from lightning_bottleneck.evidence.fit_probes import KNOB_NAMES, FitProbes
+from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
+from lightning_bottleneck.evidence.trial_results import TrialReport
+from lightning_bottleneck.measure.contention import assess
 from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module
-from lightning_bottleneck.measure.fit_probes import KNOB_NAMES, FitProbes
-from lightning_bottleneck.measure.loader_ladder import LoaderLadder
-from lightning_bottleneck.measure.trial_results import TrialReport
-from lightning_bottleneck.rules import thresholds
 
 __all__ = [
     "MeasureOptions",
-    "Measured",
     "input_shares",
     "measure",
     "run_length",
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 #: Trials run when compute and overhead together take at least this share of the step: the overhead
-#: medium threshold (rules/thresholds.py), the smallest share whose fix the rules would advise.
+#: medium threshold (thresholds.py), the smallest share whose fix the rules would advise.
 TRIALS_SHARE_MIN = thresholds.OVERHEAD_SHARE_MEDIUM
 
 
@@ -136,18 +137,6 @@ def projected_run_s(length: RunLength | None, timing: TimingStats | None) -> flo
     return length.total_steps * median(timing.step_ms) / 1e3
 
 
-@dataclass
-class Measured:
-    run_length: RunLength | None = None
-    loader_ladder: LoaderLadder | None = None
-    trials: TrialReport | None = None
-    contention: Contention | None = None
-    busy_ranks: dict[int, str] = field(default_factory=dict)  # other ranks' busy-machine notes (rank zero)
-    window_check: WindowCheck | None = None
-    fit_probes: FitProbes | None = None
-    notes: list[str] = field(default_factory=list)
-
-
 def _int_or_none(value: Any) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
@@ -186,7 +175,7 @@ def input_shares(
 ) -> tuple[float, float]:
     """(steady-state data-wait share, epoch-start stall share of the whole run's step time).
 
-    An epoch start counts as a stall above the rules' floor (``EPOCH_STALL_MIN_MS``). Workers that restart
+    An epoch start counts as a stall by the rules' definition (:meth:`TimingStats.epoch_stalls_ms`). Workers that restart
     every epoch (``num_workers > 0`` without ``persistent_workers``) pay the largest observed start-up at
     every epoch of the run; otherwise only the starts observed so far count (the first epoch's one-off
     set-up is not projected onto the others)."""
@@ -194,7 +183,7 @@ def input_shares(
     if timing is not None and timing.step_ms:
         wait = max(wait, timing.data_wait_share)
     stall = 0.0
-    starts = [x for x in (timing.epoch_start_wait_ms if timing else []) if x >= thresholds.EPOCH_STALL_MIN_MS]
+    starts = timing.epoch_stalls_ms() if timing is not None else []
     if timing is not None and starts:
         steps_ms = timing.step_ms or (summary.step_times_ms if summary else [])
         step_ms = median(steps_ms) if steps_ms else 0.0
@@ -242,25 +231,24 @@ def measure(
     trainer: Any,
     pl_module: Any,
     options: MeasureOptions,
+    out: Evidence,
     *,
-    summary: TraceSummary | None,
-    timing: TimingStats | None,
     outside_ms: list[float],
     batch: Any = None,
     batch_idx: int = 0,
     cpu_start: CpuSnapshot | None = None,
     cpu_end: CpuSnapshot | None = None,
-    batch_size: int | None = None,
-    num_workers: int | None = None,
-    persistent_workers: bool | None = None,
     agree: Callable[[list[bool]], list[bool]] | None = None,
-    ledger: FitLedger | None = None,
-) -> Measured:
-    """Run every part of the stage that applies; a part that fails becomes a note.
+) -> None:
+    """Run every part of the stage that applies, into ``out``; a part that fails becomes a note.
 
-    ``agree`` makes the plan (probe the loader? run the trials?) the same on every rank: a part that
-    one rank wants runs on all of them, so no rank waits long for another at the next collective."""
-    out = Measured()
+    It reads the evidence so far (this rank's summary, the always-on timing, the run's configuration, the fit
+    ledger) and fills what it measures: ``run_length``, ``contention``, ``window_check``, ``loader_ladder``,
+    ``trials``, ``fit_probes`` and ``notes``. ``agree`` makes the plan (probe the loader? run the trials?) the same
+    on every rank: a part that one rank wants runs on all of them, so no rank waits long for another at the next
+    collective."""
+    summary = out.summaries[0] if out.summaries else None
+    timing, ledger, cfg = out.timing, out.ledger, out.config or RunConfig()
     try:
         out.run_length = run_length(trainer)
     except Exception as err:
@@ -271,7 +259,7 @@ def measure(
         out.contention = assess(cpu_start, cpu_end)
     if summary is not None:
         out.window_check = window_check(summary, outside_ms, out.contention)
-    wait, stall = input_shares(summary, timing, out.run_length, num_workers, persistent_workers)
+    wait, stall = input_shares(summary, timing, out.run_length, cfg.num_workers, cfg.persistent_workers)
     wants_probe = options.probe_loader and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM
     wants_val = options.probe_loader and wants_val_probe(ledger)
     wants_trial = batch is not None and wants_trials(summary)
@@ -288,25 +276,22 @@ def measure(
     probe, trials, val_probe = agree(plan) if agree is not None else plan
     if probe:
         out.loader_ladder = _probe(
-            trainer, options, _consumption_rate(summary, batch_size), out.notes, pl_module, batch_idx
+            trainer, options, _consumption_rate(summary, cfg.batch_size), out.notes, pl_module, batch_idx
         )
     if trials and batch is not None:
         out.trials = _trials(trainer, pl_module, batch, batch_idx, options, out.notes)
     out.fit_probes = fit_probes(trainer, options, val_probe)
     out.notes += out.fit_probes.notes
-    return out
 
 
 def wants_val_probe(ledger: FitLedger | None) -> bool:
     """Probe the val loader when validation is a material share of the fit so far and its DataLoader wait is
-    most of it (rules/thresholds.py: FIT_PART_SHARE_MEDIUM, VAL_LOADER_WAIT_SHARE_MIN)."""
-    from lightning_bottleneck.rules.fit import own_fit_s
-
-    if ledger is None or own_fit_s(ledger) <= 0 or not ledger.validation_runs:
+    most of it (thresholds.py: FIT_PART_SHARE_MEDIUM, VAL_LOADER_WAIT_SHARE_MIN)."""
+    if ledger is None or ledger.own_fit_s() <= 0 or not ledger.validation_runs:
         return False
     val_s = float(ledger.parts.get(FitPart.VALIDATION, 0.0))
     return (
-        val_s >= thresholds.FIT_PART_SHARE_MEDIUM * own_fit_s(ledger)
+        val_s >= thresholds.FIT_PART_SHARE_MEDIUM * ledger.own_fit_s()
         and ledger.validation_loader_wait_s >= thresholds.VAL_LOADER_WAIT_SHARE_MIN * val_s
     )
 

@@ -11,6 +11,9 @@ and torch's global settings (matmul precision, cuDNN/oneDNN flags, grad mode) ar
 modes are restored, ``self.log``/``self.log_dict`` calls are discarded, and ``torch.compile`` is applied to
 a wrapper function (dynamo's caches are reset afterwards when nothing else had been compiled).
 
+The levers (which apply, how each runs) are :mod:`~lightning_bottleneck.measure.trial_levers`; what is set
+aside and put back around the trials is :mod:`~lightning_bottleneck.measure.trial_state`. This module times.
+
 Example::
 
     from lightning_bottleneck.measure.trials import run_trials
@@ -25,21 +28,20 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import statistics
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch import nn
 
+from lightning_bottleneck.evidence.trial_results import DEFAULT_BUDGET_S, TrialReport, TrialResult
 from lightning_bottleneck.measure.contention import assess, take_snapshot
-from lightning_bottleneck.measure.cpus import cpu_has_bf16
-from lightning_bottleneck.measure.trial_results import DEFAULT_BUDGET_S, TrialReport, TrialResult
-from lightning_bottleneck.rules.thresholds import NO_CHANGE_BAND
+from lightning_bottleneck.measure.trial_levers import Lever, baseline_context, levers_for, select_levers
+from lightning_bottleneck.measure.trial_state import trial_state
+from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 
 __all__ = [
     "DEFAULT_BUDGET_S",
@@ -56,7 +58,7 @@ __all__ = [
 #: Inductor compiles small models in 10-60 s; a larger estimate skips the lever with a note).
 DEFAULT_COMPILE_BUDGET_S = 60.0
 #: A lever is recommended only when its median speedup is above ``1 + NOISE_BAND``: the project's no-change
-#: band (:data:`lightning_bottleneck.rules.thresholds.NO_CHANGE_BAND`), which the one-change loop uses too.
+#: band (:data:`lightning_bottleneck.thresholds.NO_CHANGE_BAND`), which the one-change loop uses too.
 NOISE_BAND = NO_CHANGE_BAND
 #: Fewest A/B pairs a lever is judged on; the median of 3 pairs already survives one disturbed pair.
 MIN_REPETITIONS = 3
@@ -74,287 +76,6 @@ MIN_SAMPLE_S = 0.005
 #: 0.07 s/op (158 s for 2145 ops). 0.03 errs on skipping.
 COMPILE_S_PER_OP = 0.03
 COMPILE_S_FIXED = 5.0
-
-
-# ---- levers ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Lever:
-    name: str
-    settings: dict[str, Any]
-    context: Callable[[], contextlib.AbstractContextManager[Any]]
-    transform_batch: Callable[[Any], Any] | None = None
-    compile: bool = False
-
-
-def _autocast(device_type: str, dtype: torch.dtype) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-    return lambda: torch.autocast(device_type=device_type, dtype=dtype)
-
-
-@contextlib.contextmanager
-def _matmul_precision(value: str) -> Iterator[None]:
-    with _restored_globals():
-        torch.set_float32_matmul_precision(value)
-        yield
-
-
-def _baseline_context(
-    precision: str, device_type: str
-) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-    """The autocast the Trainer's precision plugin wraps ``training_step`` in, so the baseline is training."""
-    p = str(precision)
-    if p in ("bf16-mixed", "bf16"):
-        return _autocast(device_type, torch.bfloat16)
-    if p in ("16-mixed", "16"):
-        return _autocast(device_type, torch.float16)
-    return contextlib.nullcontext
-
-
-def _levers(
-    module: nn.Module, batch: Any, device: torch.device, precision: str
-) -> tuple[list[_Lever], list[str]]:
-    levers: list[_Lever] = []
-    notes: list[str] = []
-    p = str(precision)
-    full_fp32 = p in ("32-true", "32")
-    base = _baseline_context(p, device.type)
-    if full_fp32:
-        if device.type == "cuda":
-            bf16 = torch.cuda.is_bf16_supported()
-            dtype, setting = (torch.bfloat16, "bf16-mixed") if bf16 else (torch.float16, "16-mixed")
-            levers.append(_Lever(setting, {"precision": setting}, _autocast("cuda", dtype)))
-        elif device.type == "cpu":
-            if cpu_has_bf16():
-                levers.append(
-                    _Lever("bf16-mixed", {"precision": "bf16-mixed"}, _autocast("cpu", torch.bfloat16))
-                )
-            else:
-                notes.append("bf16-mixed not tried: this CPU has no native bf16 (AVX512-BF16/AMX)")
-        if torch.get_float32_matmul_precision() == "highest":
-            for value in _matmul_precisions(device):
-                levers.append(
-                    _Lever(
-                        f"float32_matmul_precision={value}",
-                        {"float32_matmul_precision": value},
-                        lambda value=value: _matmul_precision(value),  # type: ignore[misc]
-                    )
-                )
-    else:
-        notes.append(f"precision levers not tried: the Trainer already runs precision={p!r}")
-    if _has_conv(module) and _has_4d_float(batch):
-        levers.append(
-            _Lever(
-                "channels_last",
-                {"channels_last": True},
-                base,
-                transform_batch=_to_channels_last,
-            )
-        )
-    if _already_compiled(module):
-        notes.append("torch.compile not tried: the model is already compiled")
-    else:
-        levers.append(_Lever("compile", {"compile": True, "compile_mode": "default"}, base, compile=True))
-    return levers, notes
-
-
-def _select(
-    levers: list[_Lever], only: list[str] | None, compile_budget_s: float, notes: list[str]
-) -> list[_Lever]:
-    if only is not None:
-        levers = [lv for lv in levers if lv.name in only]
-    if compile_budget_s <= 0 and any(lv.compile for lv in levers):
-        notes.append("torch.compile not tried: compile_budget_s=0")
-        levers = [lv for lv in levers if not lv.compile]
-    return levers
-
-
-def _matmul_precisions(device: torch.device) -> list[str]:
-    """The ``float32_matmul_precision`` values that change the matmul path on this device.
-
-    CUDA: "high" (TF32) from Ampere (sm80). CPU (oneDNN): "high" allows TF32 only with AMX (tiles),
-    "medium" allows bf16 matmuls on CPUs with native bf16 (AVX512-BF16/AMX).
-    """
-    if device.type == "cuda":
-        return ["high"] if torch.cuda.get_device_capability(device)[0] >= 8 else []
-    if device.type != "cpu":
-        return []
-    out = []
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    if amx is not None and amx():
-        out.append("high")
-    if cpu_has_bf16():
-        out.append("medium")
-    return out
-
-
-def _has_conv(module: nn.Module) -> bool:
-    return any(
-        isinstance(m, (nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.ConvTranspose3d))
-        for m in module.modules()
-    )
-
-
-def _tensors(batch: Any) -> Iterator[torch.Tensor]:
-    if isinstance(batch, torch.Tensor):
-        yield batch
-    elif isinstance(batch, dict):
-        for v in batch.values():
-            yield from _tensors(v)
-    elif isinstance(batch, (list, tuple)):
-        for v in batch:
-            yield from _tensors(v)
-
-
-def _has_4d_float(batch: Any) -> bool:
-    return any(t.dim() in (4, 5) and t.is_floating_point() for t in _tensors(batch))
-
-
-def _to_channels_last(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        if batch.is_floating_point() and batch.dim() == 4:
-            return batch.contiguous(memory_format=torch.channels_last)
-        if batch.is_floating_point() and batch.dim() == 5:
-            return batch.contiguous(memory_format=torch.channels_last_3d)
-        return batch
-    if isinstance(batch, dict):
-        return type(batch)({k: _to_channels_last(v) for k, v in batch.items()})
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(_to_channels_last(v) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_channels_last(v) for v in batch)
-    return batch
-
-
-def _already_compiled(module: nn.Module) -> bool:
-    if type(module).__name__ == "OptimizedModule":
-        return True
-    return getattr(module, "_compiler_ctx", None) is not None
-
-
-# ---- state that must survive the trials ------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _restored_globals() -> Iterator[None]:
-    """Restore torch's global numerics settings (legacy and fp32_precision APIs) and grad mode."""
-    b = torch.backends
-    legacy: list[tuple[Any, str]] = [(b.cuda.matmul, "allow_tf32"), (b.cudnn, "allow_tf32")]
-    modern: list[tuple[Any, str]] = []
-    for path in ("mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn", "mkldnn", "cuda.matmul", "cudnn.conv",
-                 "cudnn.rnn", "cudnn", ""):  # fmt: skip
-        obj: Any = b
-        for part in filter(None, path.split(".")):
-            obj = getattr(obj, part, None)
-        if obj is not None and hasattr(obj, "fp32_precision"):
-            modern.append((obj, "fp32_precision"))
-    flags = [(b.cudnn, "benchmark"), (b.cudnn, "deterministic"), (b.cudnn, "enabled")]
-    matmul = torch.get_float32_matmul_precision()
-    saved_flags = [(o, a, getattr(o, a)) for o, a in flags]
-    saved_modern = _read(modern)
-    saved_legacy = _read(legacy)
-    grad = torch.is_grad_enabled()
-    try:
-        yield
-    finally:
-        torch.set_grad_enabled(grad)
-        torch.set_float32_matmul_precision(matmul)
-        for o, a, v in saved_modern:  # the fp32_precision attributes first, the legacy flags after
-            with contextlib.suppress(Exception):
-                setattr(o, a, v)
-        for o, a, v in saved_legacy:
-            with contextlib.suppress(Exception):
-                if getattr(o, a) != v:
-                    setattr(o, a, v)
-        for o, a, v in saved_flags:
-            setattr(o, a, v)
-
-
-def _read(attrs: list[tuple[Any, str]]) -> list[tuple[Any, str, Any]]:
-    out = []
-    for o, a in attrs:
-        with contextlib.suppress(Exception):  # an API mix torch refuses to read: left alone
-            out.append((o, a, getattr(o, a)))
-    return out
-
-
-@contextlib.contextmanager
-def _restored_rng(device: torch.device) -> Iterator[None]:
-    py = random.getstate()
-    npy = np.random.get_state()
-    cpu = torch.get_rng_state()
-    cuda = (
-        torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    )
-    try:
-        yield
-    finally:
-        random.setstate(py)
-        np.random.set_state(npy)
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-
-
-@contextlib.contextmanager
-def _preserved_module(module: nn.Module) -> Iterator[None]:
-    """Grads set aside (the same tensor objects are put back), buffers and metric states copied back,
-    train/eval modes restored, ``log``/``log_dict`` replaced by no-ops."""
-    params = list(module.parameters())
-    grads = [p.grad for p in params]
-    for p in params:
-        p.grad = None
-    buffers = [(b, b.detach().clone()) for b in module.buffers()]
-    modes = [(m, m.training) for m in module.modules()]
-    metrics = _metric_states(module)
-    patched = {name: module.__dict__.get(name, _MISSING) for name in ("log", "log_dict")}
-    for name in patched:
-        object.__setattr__(module, name, _discard)
-    try:
-        yield
-    finally:
-        for name, old in patched.items():
-            if old is _MISSING:
-                module.__dict__.pop(name, None)
-            else:
-                object.__setattr__(module, name, old)
-        for p, g in zip(params, grads):
-            p.grad = g
-        with torch.no_grad():
-            for b, v in buffers:
-                b.copy_(v)
-        for m, training in modes:
-            m.training = training
-        for m, state in metrics:
-            for k, v in state.items():
-                setattr(m, k, v)
-
-
-_MISSING = object()
-
-
-def _discard(*args: Any, **kwargs: Any) -> None:
-    """Stands in for ``LightningModule.log``/``log_dict`` during trials: nothing is logged."""
-
-
-def _metric_states(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
-    """torchmetrics states (not buffers): each ``Metric``'s ``_defaults`` keys plus its update count."""
-    out = []
-    for m in module.modules():
-        defaults = getattr(m, "_defaults", None)
-        if not isinstance(defaults, dict):
-            continue
-        state: dict[str, Any] = {}
-        for k in [*defaults, "_update_count", "_computed", "_forward_cache"]:
-            if hasattr(m, k):
-                v = getattr(m, k)
-                if isinstance(v, torch.Tensor):
-                    v = v.detach().clone()
-                elif isinstance(v, list):
-                    v = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in v]
-                state[k] = v
-        out.append((m, state))
-    return out
 
 
 # ---- timing ---------------------------------------------------------------------------------------------
@@ -415,15 +136,6 @@ def _device_of(module: nn.Module, device: torch.device | str | None) -> torch.de
 
 
 @contextlib.contextmanager
-def _trial_state(module: nn.Module, device: torch.device) -> Iterator[None]:
-    """Everything a trial step touches, restored on exit (torch's global settings and grad mode, the RNG
-    states, the module's grads, buffers, metric states and modes; ``self.log`` discarded); grad mode on inside."""
-    with _restored_globals(), _restored_rng(device), _preserved_module(module):
-        torch.set_grad_enabled(True)
-        yield
-
-
-@contextlib.contextmanager
 def restored_trial_step(
     module: nn.Module,
     batch_idx: int = 0,
@@ -432,7 +144,8 @@ def restored_trial_step(
 ) -> Iterator[Callable[[Any], None]]:
     """A function that runs one trial step (``training_step`` -> loss -> ``backward``, grads reset first, as
     ``zero_grad`` does) on any batch, under the Trainer's ``precision``, for as long as the context lasts; on
-    exit everything the trials restore is restored (:func:`_trial_state`; ``self.log`` discarded meanwhile). The loader probe feeds it batches to time worker counts *with* the model's step.
+    exit everything the trials restore is restored (:func:`~lightning_bottleneck.measure.trial_state.trial_state`;
+    ``self.log`` discarded meanwhile). The loader probe feeds it batches to time worker counts *with* the model's step.
     Raises ``RuntimeError`` from the step when ``training_step`` returns no loss tensor.
 
     Example::
@@ -442,10 +155,10 @@ def restored_trial_step(
                 step(batch)
     """
     device = _device_of(module, device)
-    with _trial_state(module, device):
+    with trial_state(module, device):
         runner = _StepRunner(module, None, batch_idx, device)
         fn = runner.step_fn()
-        ctx = _baseline_context(precision, device.type)
+        ctx = baseline_context(precision, device.type)
 
         def step(batch: Any) -> None:
             for p in runner.params:
@@ -527,7 +240,7 @@ def run_trials(
     device = _device_of(module, device)
     start = time.perf_counter()
     before = take_snapshot(threads=torch.get_num_threads())
-    with _trial_state(module, device):
+    with trial_state(module, device):
         try:
             _run(module, batch, batch_idx, device, str(precision), budget_s, compile_budget_s, levers,
                  noise_band, report, start)  # fmt: skip
@@ -567,13 +280,13 @@ def _run(
     start: float,
 ) -> None:
     runner = _StepRunner(module, batch, batch_idx, device)
-    base_ctx = _baseline_context(precision, device.type)
+    base_ctx = baseline_context(precision, device.type)
     eager = runner.step_fn()
     runner.run(eager, base_ctx, batch)  # warm-up: allocator, oneDNN primitives
     t_step = runner.run(eager, base_ctx, batch)
     inner = max(1, math.ceil(MIN_SAMPLE_S / max(t_step, 1e-9)))
-    candidates, notes = _levers(module, batch, device, precision)
-    candidates = _select(candidates, only, compile_budget_s, notes)
+    candidates, notes = levers_for(module, batch, device, precision)
+    candidates = select_levers(candidates, only, compile_budget_s, notes)
     report.notes.extend(notes)
     deadline = start + budget_s
     for i, lever in enumerate(candidates):
@@ -603,7 +316,7 @@ def _run(
 
 def _measure(
     runner: _StepRunner,
-    lever: _Lever,
+    lever: Lever,
     eager: Callable[[Any], None],
     base_ctx: Callable[[], contextlib.AbstractContextManager[Any]],
     batch: Any,

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from lightning_bottleneck.output.report import Report
-from lightning_bottleneck.rules.thresholds import NO_CHANGE_BAND
+from lightning_bottleneck.report import Report
+from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 
 #: A step-time change smaller than this fraction is no change worth reporting, even when the interval
-#: says it is real: the project's no-change band (:data:`lightning_bottleneck.rules.thresholds.NO_CHANGE_BAND`).
+#: says it is real: the project's no-change band (:data:`lightning_bottleneck.thresholds.NO_CHANGE_BAND`).
 COMPARE_NOISE = NO_CHANGE_BAND
 
 #: Two-sided confidence of the bootstrap interval (the usual 95%).

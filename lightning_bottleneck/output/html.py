@@ -6,7 +6,7 @@ file, in any browser (the hover tooltips on the bars are SVG ``<title>`` element
 
 Example::
 
-    >>> from lightning_bottleneck.output.report import Report
+    >>> from lightning_bottleneck.report import Report
     >>> report = Report.read("runs/.../bottleneck_report.json")  # doctest: +SKIP
     >>> Path("bottleneck_report.html").write_text(render_html(report, step_phases))  # doctest: +SKIP
 """
@@ -19,8 +19,8 @@ from html import escape
 from lightning_bottleneck.analysis.ledger import PART_LABELS
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.categories import FitPart, Phase
-from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.output.text import HEADLINES, fit_line, headline
+from lightning_bottleneck.report import Report
 
 __all__ = [
     "BREAKDOWN_COLORS",

@@ -27,8 +27,8 @@ from lightning_bottleneck.output.html import (
     PHASE_LABELS,
     fit_items,
 )
-from lightning_bottleneck.output.report import Report
 from lightning_bottleneck.output.text import HEADLINES, fit_line
+from lightning_bottleneck.report import Report
 
 __all__ = ["IMAGE_SIZE", "MISSING_NOTE", "image_available", "render_png", "render_rgb"]
 

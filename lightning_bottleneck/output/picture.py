@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
-from lightning_bottleneck.output.atomic_write import write_atomically
+from lightning_bottleneck.atomic_write import write_atomically
 from lightning_bottleneck.output.html import render_html
 from lightning_bottleneck.output.image import MISSING_NOTE, image_available, render_rgb
-from lightning_bottleneck.output.report import Report
+from lightning_bottleneck.report import Report
 
 __all__ = ["HTML_FILENAME", "IMAGE_TAG", "PictureOutputs", "write_html", "write_picture"]
 

@@ -9,7 +9,7 @@ from lightning_bottleneck.analysis.ledger import PART_LABELS
 from lightning_bottleneck.categories import Category, FitPart
 
 if TYPE_CHECKING:
-    from lightning_bottleneck.output.report import Recommendation, Report
+    from lightning_bottleneck.report import Recommendation, Report
 
 HEADLINES = {
     Category.INPUT: "input-bound: the device waits for the DataLoader",

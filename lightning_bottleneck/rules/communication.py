@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lightning_bottleneck.analysis.summary import CommunicationMetrics
 from lightning_bottleneck.categories import FindingKind
-from lightning_bottleneck.output.report import Finding
+from lightning_bottleneck.report import Finding
 
 __all__ = ["with_communication_evidence"]
 

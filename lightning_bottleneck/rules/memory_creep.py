@@ -10,8 +10,8 @@ Example::
 from __future__ import annotations
 
 from lightning_bottleneck.categories import FindingKind, Severity
-from lightning_bottleneck.measure.memory_trend import MemoryTrend
-from lightning_bottleneck.output.report import Finding
+from lightning_bottleneck.evidence.memory_trend import MemoryTrend
+from lightning_bottleneck.report import Finding
 
 __all__ = ["MemoryCreep", "memory_creep_findings"]
 

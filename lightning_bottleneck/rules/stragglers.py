@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.categories import BUCKET_SHARES, Category, FindingKind, Severity, Share
-from lightning_bottleneck.output.report import Finding
-from lightning_bottleneck.rules import choose_primary
-from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.report import Finding
+from lightning_bottleneck.rules.shares import choose_primary
 from lightning_bottleneck.stats import median
 
 # A rank is a straggler when its relative performance score, the fastest rank's own work divided by
@@ -42,7 +42,7 @@ STRAGGLER_EXCESS_SHARE_MIN = 0.10
 # run with a busy core): that is not a straggler.
 STRAGGLER_EXPLAINS_WAIT_MIN = 0.5
 # The straggler finding is high severity when the others' wait for it would make communication a high
-# finding on its own (rules/thresholds.py COMM_SHARE_HIGH, 3x the trigger above).
+# finding on its own (thresholds.py COMM_SHARE_HIGH, 3x the trigger above).
 STRAGGLER_EXCESS_SHARE_HIGH = T.COMM_SHARE_HIGH
 
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.categories import FindingKind, Severity
 from lightning_bottleneck.evidence import SyncSite
-from lightning_bottleneck.output.report import Finding
-from lightning_bottleneck.rules import thresholds as T
+from lightning_bottleneck.report import Finding
 
 # A single call site is judged like the whole sync bucket: host time blocked on the device is device
 # time lost the same way DataLoader waits are, so the input thresholds apply (torch-tb-profiler's
 # ``dataloader_ratio > 0.05``; TensorFlow's profiler: "highly input-bound" above 20%), see
-# rules/thresholds.py SYNC_SHARE_MEDIUM / SYNC_SHARE_HIGH.
+# thresholds.py SYNC_SHARE_MEDIUM / SYNC_SHARE_HIGH.
 SYNC_SITE_SHARE_MEDIUM = T.SYNC_SHARE_MEDIUM
 SYNC_SITE_SHARE_HIGH = T.SYNC_SHARE_HIGH
 # Without a step time the share is unknown; on a GPU a site that syncs at least once per step still

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.trace.errors import TraceError
+from lightning_bottleneck.errors import TraceError
 
 __all__ = ["MAX_GZIP_LAYERS", "SNIFF_BYTES", "TRACE_SUFFIXES", "find_trace_files", "path_kind", "unwrap"]
 

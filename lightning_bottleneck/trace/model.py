@@ -84,6 +84,9 @@ class Trace:
     device: np.ndarray
     notes: list[str] = field(default_factory=list)  # things the reader had to assume
     timing_doubt: str | None = None  # implausible timing whose unit could not be inferred (time_unit.py)
+    # the timing had to be repaired: the clock rescaled to microseconds (time_unit.py) or events with impossible
+    # timing dropped (reader.py); a verdict on it is never reported as sure as on clean timing
+    timing_repaired: bool = False
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])

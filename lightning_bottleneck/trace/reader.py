@@ -11,7 +11,7 @@ at once. Peak memory is the columns plus one slice, not the whole document: a 1 
 
 Both category schemas are accepted (see :data:`~lightning_bottleneck.trace.model.CATEGORY_KINDS`); the
 top-level value may be an object with ``traceEvents`` (Kineto) or a bare array of events (Chrome's "JSON
-Array Format"). Anything else raises :class:`~lightning_bottleneck.trace.errors.TraceError`.
+Array Format"). Anything else raises :class:`~lightning_bottleneck.errors.TraceError`.
 
 Bounded whatever the input: every character is decoded a bounded number of times (the reader is linear in
 its input, whatever the spacing between events), one JSON value may hold at most
@@ -32,8 +32,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.trace.columns import MAX_DEVICE_ID, MAX_DURATION, MAX_TIMESTAMP, Columns
-from lightning_bottleneck.trace.errors import TraceError
 from lightning_bottleneck.trace.files import (
     MAX_GZIP_LAYERS,
     SNIFF_BYTES,
@@ -388,6 +388,7 @@ class _TraceParser:
             stream=np.frombuffer(c.stream, dtype=np.int64),
             device=np.frombuffer(c.device, dtype=np.int64),
             notes=notes,
+            timing_repaired=bool(c.invalid_timing),
         )
 
     def _check_distributed_info(self, notes: list[str]) -> None:

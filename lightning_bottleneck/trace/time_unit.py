@@ -6,14 +6,15 @@ were microseconds - parses fine and would be read as an 11.7 us training step. :
 looks at the durations of the trace's cheapest ops (metadata ops such as ``aten::view``, which take about a
 microsecond with the profiler on; else every ``aten::`` op) and, without enough ops, at its step lengths:
 
-* ops far too short (median under :data:`~lightning_bottleneck.rules.thresholds.TIMING_OP_MEDIAN_MIN_US`):
+* ops far too short (median under :data:`~lightning_bottleneck.thresholds.TIMING_OP_MEDIAN_MIN_US`):
   the clock is milliseconds; every timestamp and duration is multiplied by 1000, with a note;
 * ops far too long (median over ``TIMING_OP_MEDIAN_MAX_US``): nanoseconds; divided by 1000, with a note;
 * too few ops to tell, but steps outside [``TIMING_STEP_MIN_US``, ``TIMING_STEP_MAX_US``]: the timing is
   implausible and its unit cannot be inferred; :attr:`TimeUnitCheck.doubt` says so and the verdict becomes
   ``unknown`` (never a confident verdict on such a trace).
 
-The repair notes carry the word "implausible", which caps the verdict's confidence (rules/ranking.py).
+A repaired trace has :attr:`~lightning_bottleneck.trace.model.Trace.timing_repaired` set, which caps the verdict's
+confidence (rules/ranking.py).
 Pure numpy: no torch.
 
 Example::
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lightning_bottleneck.rules import thresholds as T
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.trace.model import EventKind, Trace
 
 __all__ = ["METADATA_OPS", "TimeUnitCheck", "check_time_unit", "repair_time_unit"]
@@ -119,6 +120,7 @@ def repair_time_unit(trace: Trace) -> TimeUnitCheck:
         unit = _UNITS.get(check.factor, f"x{check.factor:g}")
         trace.ts *= check.factor
         trace.dur *= check.factor
+        trace.timing_repaired = True
         trace.notes.append(
             f"Implausible timing repaired: {check.evidence}, so the timestamps are read as {unit}, not "
             f"microseconds, and were converted (x{check.factor:g})."

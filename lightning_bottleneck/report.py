@@ -1,4 +1,5 @@
-"""Typed results: what the package concludes, and exactly the JSON it writes (schema_version 1).
+"""Typed results: what the package concludes, and exactly the JSON it writes (schema_version 1) and reads back
+(:func:`read_report`: every field checked, a one-line :class:`~lightning_bottleneck.errors.TraceError` otherwise).
 
 ``str(report)`` renders the terminal summary, like
 ``torch.utils.benchmark.Measurement`` knows how to print itself.
@@ -14,11 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.categories import Category, FindingKind, Severity
-from lightning_bottleneck.output.atomic_write import write_atomically
+from lightning_bottleneck.atomic_write import write_atomically
+from lightning_bottleneck.categories import Category, FindingKind, Provenance, Severity
+from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.stats import percentile
 
 SCHEMA_VERSION = 1
+
+#: A saved report is kilobytes; anything far bigger is not one (and is not read whole into memory).
+MAX_REPORT_BYTES = 64 << 20
 
 
 #: Per-step samples kept in a saved report (enough for a stable bootstrap interval; a window of up to a
@@ -110,7 +115,7 @@ class Recommendation:
         default_factory=dict
     )  # what the estimate rests on (e.g. a loader ladder)
     measured_speedup: float | None = None  # the trial's own speed-up of the part it measured (fwd+bwd)
-    method: str | None = None  # "measured" | "estimated" | None (not ranked)
+    method: Provenance | None = None  # how the saving was obtained; None: not ranked
     basis: str = ""  # how the saving was measured or estimated, in words
     saved_ms_per_step: float | None = None
     saved_s: float | None = None
@@ -121,6 +126,9 @@ class Recommendation:
     # where ``settings`` go: "Trainer", "ModelCheckpoint", "val DataLoader", "self.log", a callback's class;
     # None: the train DataLoader / the Trainer / the model, as the setting's name says (the in-step advice)
     where: str | None = None
+    # the stable id of the rule's lever this advice words (``loader:<advice>``, ``fit:<where>:<setting>``): how the
+    # ranking's candidate is joined to it inside the pipeline; not written to the JSON (None once read back)
+    lever: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,7 +140,7 @@ class Recommendation:
             "expected_speedup": _r(self.expected_speedup, 3),
             "evidence": self.evidence,
             "measured_speedup": _r(self.measured_speedup, 3),
-            "method": self.method,
+            "method": None if self.method is None else self.method.value,
             "basis": self.basis,
             "saved_ms_per_step": _r(self.saved_ms_per_step, 4),
             "saved_s": _r(self.saved_s, 3),
@@ -154,7 +162,7 @@ class Recommendation:
             _f(d.get("expected_speedup")),
             dict(d.get("evidence") or {}),
             _f(d.get("measured_speedup")),
-            d.get("method"),
+            Provenance(d["method"]) if d.get("method") else None,
             str(d.get("basis") or ""),
             _f(d.get("saved_ms_per_step")),
             _f(d.get("saved_s")),
@@ -297,7 +305,8 @@ class Report:
 
     @classmethod
     def read(cls, path: str | Path) -> Report:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        """A saved report, checked field by field (:func:`read_report`)."""
+        return read_report(path)
 
     def __str__(self) -> str:
         from lightning_bottleneck.output.text import render_text
@@ -342,3 +351,68 @@ def ledger_cause(report: Report, ledger: Any) -> str | None:
             return str(f.evidence["part"])
     part = ledger.largest_outside_part() if ledger is not None else None
     return str(part) if part is not None else None
+
+
+def read_report(path: str | Path) -> Report:
+    """A saved ``bottleneck_report.json``, checked field by field; :class:`TraceError` if it is not one."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise TraceError(p, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_REPORT_BYTES:
+        raise TraceError(p, f"not a lightning-bottleneck report: over {MAX_REPORT_BYTES >> 20} MiB")
+    try:
+        data = json.loads(raw.decode("utf-8-sig"), parse_constant=_reject_constant)
+    except RecursionError:
+        raise TraceError(p, "not a lightning-bottleneck report: JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TraceError(p, f"not a lightning-bottleneck report: {exc}") from None
+    problem = _report_problem(data)
+    if problem:
+        raise TraceError(p, f"not a lightning-bottleneck report: {problem}")
+    try:
+        return Report.from_dict(data)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise TraceError(p, f"not a lightning-bottleneck report ({exc.__class__.__name__}: {exc})") from None
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a report holds")
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _report_problem(data: Any) -> str | None:
+    """What makes ``data`` no report the comparison can use, or None."""
+    if not isinstance(data, dict):
+        return f"the top level is a {type(data).__name__}, not an object"
+    if "schema_version" not in data:
+        return "no schema_version"
+    if data.get("primary") not in {c.value for c in Category}:
+        return f"primary {str(data.get('primary'))[:40]!r} is not a verdict"
+    for key in ("confidence", "steps_observed", "steps_profiled"):
+        if not _number(data.get(key)):
+            return f"{key} is not a finite number"
+    st = data.get("step_time_ms")
+    if st is not None:
+        if not isinstance(st, dict) or not all(_number(st.get(k)) and st[k] >= 0 for k in ("median", "p90")):
+            return "step_time_ms needs finite, non-negative median and p90"
+        samples = st.get("samples", [])
+        if not isinstance(samples, list) or not all(_number(x) and x >= 0 for x in samples):
+            return "step_time_ms.samples must be a list of finite, non-negative numbers"
+    breakdown = data.get("breakdown", {})
+    if not isinstance(breakdown, dict) or not all(
+        isinstance(k, str) and _number(v) for k, v in breakdown.items()
+    ):
+        return "breakdown must map names to finite numbers"
+    for key in ("findings", "recommendations", "ranks", "stragglers", "trace_files", "notes"):
+        if not isinstance(data.get(key, []), list):
+            return f"{key} is not a list"
+    for key in ("environment", "metrics"):
+        if not isinstance(data.get(key, {}), dict):
+            return f"{key} is not an object"
+    return None

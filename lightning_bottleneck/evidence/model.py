@@ -10,14 +10,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.measure.contention import Contention
-from lightning_bottleneck.measure.fit_probes import FitProbes
-from lightning_bottleneck.measure.loader_ladder import LoaderLadder
-from lightning_bottleneck.measure.memory_trend import MemoryTrend
-from lightning_bottleneck.measure.trial_results import TrialReport
+from lightning_bottleneck.evidence.contention import Contention
+from lightning_bottleneck.evidence.fit_probes import FitProbes
+from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
+from lightning_bottleneck.evidence.memory_trend import MemoryTrend
+from lightning_bottleneck.evidence.trial_results import TrialReport
+from lightning_bottleneck.stats import median
 
 
 @dataclass
@@ -64,6 +66,31 @@ class TimingStats:
     def data_wait_share(self) -> float:
         total = sum(self.step_ms)
         return sum(self.data_wait_ms) / total if total > 0 else 0.0
+
+    # ---- the epoch-start stall, defined once: what the rules, the ranking, the loader rule and the stage read
+
+    def steady_wait_ms(self) -> float:
+        """The median steady-state data wait (ms; 0 without waits)."""
+        return median(self.data_wait_ms)
+
+    def epoch_stalls_ms(self) -> list[float]:
+        """The epoch starts whose first-batch wait is a stall: at least ``EPOCH_STALL_MIN_MS`` and
+        ``EPOCH_STALL_RATIO`` times the steady wait (worker start-up, not a slow batch)."""
+        floor = max(T.EPOCH_STALL_MIN_MS, T.EPOCH_STALL_RATIO * self.steady_wait_ms())
+        return [w for w in self.epoch_start_wait_ms if w >= floor]
+
+    def epoch_start_extra_ms(self) -> float:
+        """The median epoch start's extra wait over the steady wait (ms; 0 without epoch starts)."""
+        if not self.epoch_start_wait_ms:
+            return 0.0
+        return max(0.0, median(self.epoch_start_wait_ms) - self.steady_wait_ms())
+
+    def epoch_start_stall_ms(self) -> float:
+        """The run's epoch-start stall (ms): the median start's extra wait when the median start is a stall, else 0."""
+        if not self.epoch_start_wait_ms:
+            return 0.0
+        floor = max(T.EPOCH_STALL_MIN_MS, T.EPOCH_STALL_RATIO * self.steady_wait_ms())
+        return self.epoch_start_extra_ms() if median(self.epoch_start_wait_ms) >= floor else 0.0
 
 
 @dataclass
@@ -152,6 +179,9 @@ class Evidence:
     ledger: FitLedger | None = (
         None  # the whole fit by part (live/ledger.py); None offline or before the fit ends
     )
+    ledger_ranks: list[FitLedger] = field(
+        default_factory=list
+    )  # each rank's ledger, when several were merged
     fit_probes: FitProbes | None = (
         None  # measure/stage.py: the val loader's ladder, the callbacks' frequency args
     )

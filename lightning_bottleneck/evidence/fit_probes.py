@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_bottleneck.measure.loader_ladder import LoaderLadder
+from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
 
 __all__ = ["KNOB_NAMES", "FitProbes"]
 

@@ -1,0 +1,177 @@
+"""One rung of the loader ladder timed: a worker count and prefetch factor, alone or with the training step.
+
+:func:`time_rung` times steady-state samples/s after the first round of batches (start-up is timed apart),
+and, for the loader alone, the CPU the loading processes used against their wall time (what tells CPU-bound
+loading from loading that waits). :func:`affordable` keeps the batches in flight within the memory budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lightning_bottleneck.evidence.loader_ladder import LoaderLadder, Rung
+from lightning_bottleneck.measure.cpus import psutil_module
+from lightning_bottleneck.measure.loader_factory import (
+    ProbePlan,
+    batch_nbytes,
+    probe_dataloader,
+    shutdown_workers,
+)
+
+__all__ = ["MIN_MEASURE_S", "MIN_ROUNDS", "RUNG_BUDGET_SHARE", "affordable", "time_rung"]
+
+# A rung is measured well enough after this many rounds of batches (a round = one batch per worker)
+# spanning at least this long; the first round (start-up) is never counted.
+MIN_ROUNDS = 2
+MIN_MEASURE_S = 0.25
+# ... and it never takes more than this share of the whole budget, so the ladder gets several rungs.
+RUNG_BUDGET_SHARE = 0.35
+
+
+def affordable(
+    workers: int, prefetch: int, batch_bytes: list[int], budget: int, ladder: LoaderLadder
+) -> bool:
+    """Whether ``workers`` x ``prefetch`` batches in flight fit the memory ``budget`` (a note when not)."""
+    if not batch_bytes:
+        return True
+    in_flight = workers * prefetch * batch_bytes[0]
+    if in_flight <= budget:
+        return True
+    ladder.notes.append(
+        f"num_workers={workers}, prefetch_factor={prefetch} not probed: {in_flight / 2**20:.0f} MiB of batches "
+        f"in flight exceeds the probe's {budget / 2**20:.0f} MiB memory budget."
+    )
+    return False
+
+
+def time_rung(
+    plan: ProbePlan,
+    workers: int,
+    prefetch: int | None,
+    deadline: float,
+    budget: float,
+    seed: int,
+    ladder: LoaderLadder,
+    batch_bytes: list[int],
+    consume: Callable[[Any], None] | None = None,
+) -> Rung | None:
+    """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
+    ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out."""
+    rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, MIN_MEASURE_S))
+    dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
+    round_size = max(1, workers)
+    # Alone, the loader's first round is start-up. With the step, the workers also fill their prefetch queue
+    # (workers x prefetch_factor batches) while the first batches are stepped: the window opens once that
+    # queue is drained, or batches loaded during start-up would count as loaded at the step's pace.
+    open_at = round_size if consume is None or not workers else workers * (prefetch or 2)
+    it: Any = None
+    t0 = time.perf_counter()
+    try:
+        it = iter(dl)
+        batch = next(it)
+        t_first = time.perf_counter()
+        if not batch_bytes:
+            batch_bytes.append(batch_nbytes(batch))
+        if consume is not None:
+            consume(batch)
+        del batch
+        pids = [p.pid for p in getattr(it, "_workers", [])]
+        fetched = 1
+        # The steady-state window opens when the first round of batches is in (index round_size - 1).
+        t_open, cpu_open, n_open = t_first, _cpu(pids), 1
+        if open_at > 1:
+            t_open = -1.0
+        now = t_first
+        while True:
+            if now >= rung_deadline and fetched >= round_size:
+                break
+            batch = next(it)
+            if consume is not None:
+                consume(batch)
+            del batch
+            fetched += 1
+            now = time.perf_counter()
+            if fetched == open_at and open_at > 1:
+                t_open, cpu_open, n_open = now, _cpu(pids), fetched
+            if t_open >= 0:
+                rounds = (fetched - n_open) // round_size
+                if rounds >= MIN_ROUNDS and now - t_open >= MIN_MEASURE_S:
+                    break
+        cpu_close = _cpu(pids)
+    except Exception as err:  # a worker crash, an unpicklable dataset under spawn, a timeout, a failing step
+        what = "Timing with the training step" if consume is not None else "Loader probe"
+        ladder.notes.append(f"{what} stopped at num_workers={workers}: {type(err).__name__}: {err}")
+        return None
+    finally:
+        shutdown_workers(it)
+    window_batches = fetched - n_open
+    rough = (fetched - n_open) // round_size < MIN_ROUNDS
+    if window_batches > 0 and t_open >= 0 and now > t_open:  # t_open < 0: the window never opened
+        rate = window_batches * plan.batch_size / (now - t_open)
+        measured = now - t_open
+    elif (
+        fetched > 1 and now > t_first
+    ):  # the budget ran out within the first round: all batches after the first
+        rate = (fetched - 1) * plan.batch_size / (now - t_first)
+        measured = now - t_first
+        rough = True
+    else:  # one batch in all: its fetch is the only evidence
+        rate = plan.batch_size / max(t_first - t0, 1e-9)
+        measured = t_first - t0
+        rough = True
+    samples = window_batches * plan.batch_size
+    cpu_per_sample = cpu_share = None
+    if consume is None and cpu_close is not None and cpu_open is not None and samples > 0:
+        cpu_s = max(0.0, cpu_close[0] - cpu_open[0])
+        runnable_wait_s = max(0.0, cpu_close[1] - cpu_open[1])
+        cpu_per_sample = cpu_s / samples
+        on_or_off_core = measured * max(1, workers) - runnable_wait_s
+        cpu_share = min(1.0, cpu_s / on_or_off_core) if on_or_off_core > 0 else 1.0
+    return Rung(
+        num_workers=workers,
+        prefetch_factor=prefetch if workers else None,
+        samples_per_s=rate,
+        startup_s=t_first - t0,
+        cpu_per_sample_s=cpu_per_sample,
+        cpu_share=cpu_share,
+        batches=fetched,
+        measured_s=measured,
+        rough=rough,
+    )
+
+
+def _cpu(worker_pids: list[int]) -> tuple[float, float] | None:
+    """(CPU seconds, seconds runnable but waiting for a core) of the loading processes.
+
+    Without workers that is the calling thread; with workers, each worker's main thread. The run-queue
+    wait (``/proc/.../schedstat``, field 2) is what other processes on a busy machine take: it is
+    subtracted from wall time so that contention does not make CPU-bound loading look wait-bound.
+    Without schedstat (not Linux, or no CONFIG_SCHEDSTATS) the run-queue wait reads as 0.
+    """
+    paths = (
+        [f"/proc/{pid}/schedstat" for pid in worker_pids] if worker_pids else ["/proc/thread-self/schedstat"]
+    )
+    cpu = wait = 0.0
+    try:
+        for path in paths:
+            with open(path, encoding="ascii") as f:
+                run_ns, wait_ns = f.read().split()[:2]
+            cpu += int(run_ns) / 1e9
+            wait += int(wait_ns) / 1e9
+        return cpu, wait
+    except (OSError, ValueError):
+        pass
+    if not worker_pids:
+        return time.thread_time(), 0.0
+    ps = psutil_module()  # macOS, Windows: the workers' CPU time through psutil, no run-queue wait
+    if ps is None:
+        return None
+    try:
+        for pid in worker_pids:
+            t = ps.Process(pid).cpu_times()
+            cpu += t.user + t.system
+        return cpu, 0.0
+    except (OSError, ps.Error):
+        return None

@@ -1,0 +1,142 @@
+"""Timing with the training step: the step back-to-back, then worker counts feeding the model's own step.
+
+Given ``train_step`` (a function that runs the model's step on a batch and leaves training untouched:
+:func:`~lightning_bottleneck.measure.trials.restored_trial_step`), the step is first timed back-to-back on one
+batch (:attr:`LoaderLadder.step_ms`). When loading is CPU-bound, the worker counts worth trying then feed the
+step, so workers and step compete for the cores as they will in training, and the rate is what the run gets
+(issue 19: the loader alone measured 1.2-2x for worker counts that trained at 0.74-0.99x on 2 cores):
+:attr:`LoaderLadder.in_training`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
+from lightning_bottleneck.measure.loader_climb import WAIT_BOUND_MAX_WORKERS
+from lightning_bottleneck.measure.loader_factory import ProbePlan, probe_dataloader
+from lightning_bottleneck.measure.loader_rung import MIN_MEASURE_S, affordable, time_rung
+
+__all__ = [
+    "IN_TRAINING_SHARE",
+    "STEP_ALONE_SHARE",
+    "STEP_ALONE_STEPS",
+    "time_in_training",
+    "time_step_alone",
+]
+
+# Share of the budget kept for timing worker counts with the training step (CPU-bound loading, a train_step
+# given): the loader-alone ladder of CPU-bound loading stops at the core count (two or three rungs on a
+# laptop), so 40% of the budget suffices for it, and the in-training rungs (the current count twice, the core
+# count, twice the core count), which must each drain the workers' prefetch queue before timing, get 60%.
+IN_TRAINING_SHARE = 0.6
+# Worker counts up to this multiple of the usable cores are timed with the step: more workers than cores
+# cannot speed CPU-bound loading alone, but in training they take a larger share of the cores from the
+# step's threads (the scheduler shares per thread), which can pay when loading is the longer part; at most
+# WAIT_BOUND_MAX_WORKERS (each worker a process with a copy of the dataset object).
+IN_TRAINING_OVERSUBSCRIPTION = 2
+# With a train_step given, the step is first timed back-to-back on one batch (LoaderLadder.step_ms): at most this
+# share of the budget (a few steps of a model small enough to train on the CPU), before the ladder so that its rungs
+# never squeeze it out; STEP_ALONE_STEPS timed steps after one warm-up (the median: one hiccup does not move it), and
+# no figure below STEP_ALONE_MIN_STEPS.
+STEP_ALONE_SHARE = 0.1
+STEP_ALONE_STEPS = 9
+STEP_ALONE_MIN_STEPS = 3
+
+
+def time_step_alone(
+    plan: ProbePlan, ladder: LoaderLadder, train_step: Callable[[Any], None], seed: int, until: float
+) -> None:
+    """Time the training step back-to-back on one batch of the probe's own loader (no workers, no loading between
+    the steps) until ``until``: :attr:`LoaderLadder.step_ms`, the step once loading leaves the process (issue 19:
+    io_wait's steps took 13 ms beside in-process loading that sleeps, the same step back-to-back ~1 ms)."""
+    times: list[float] = []
+    try:
+        batch = next(iter(probe_dataloader(plan, 0, None, seed, until)))
+        train_step(batch)  # warm-up: the allocator, oneDNN primitives
+        while len(times) < STEP_ALONE_STEPS and time.perf_counter() < until:
+            t0 = time.perf_counter()
+            train_step(batch)
+            times.append(time.perf_counter() - t0)
+    except Exception as err:  # a failing step: the ladder goes on without the figure
+        ladder.notes.append(f"Timing the training step back-to-back failed: {type(err).__name__}: {err}")
+        return
+    if len(times) >= STEP_ALONE_MIN_STEPS:
+        ladder.step_ms = statistics.median(times) * 1e3
+
+
+def time_in_training(
+    plan: ProbePlan,
+    ladder: LoaderLadder,
+    cpus: int,
+    current: int,
+    train_step: Callable[[Any], None],
+    memory_budget: int,
+    deadline: float,
+    seed: int,
+) -> None:
+    """Time the current worker count, the usable core count and twice that with the training step, then the
+    current count again (its two timings are averaged, so that drift over the measurement cancels), then the
+    fastest other count again when it beat both timings of the current (a win from one short timing is often
+    the machine's noise, see :func:`_to_confirm`)."""
+    counts = sorted(
+        {min(w, WAIT_BOUND_MAX_WORKERS) for w in (max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus))}
+        - {current}
+    )
+    order = [current, *counts, current]
+    budget = max(0.0, deadline - time.perf_counter())
+    batch_bytes: list[int] = []
+    # a place held in the shares for the confirming timing (the most workers: the dearest to time)
+    confirm = max(counts, default=current)
+    i = 0
+    while i < len(order):
+        w = order[i]
+        left = deadline - time.perf_counter()
+        # a rung with workers first drains their prefetch queue: it gets a larger share; each gets at least the
+        # minimal window while that much is left (the later ones go short: the current count's second timing last)
+        weights = [1.0 + n / 2 for n in [*order[i:], *([confirm] if len(order) == len(counts) + 2 else [])]]
+        share = max(MIN_MEASURE_S, left * weights[0] / sum(weights))
+        if left < MIN_MEASURE_S:
+            ladder.notes.append(
+                f"Timing with the training step stopped before num_workers={w}: the probe's budget is spent."
+            )
+            break
+        i += 1
+        if w and not affordable(w, 2, batch_bytes, memory_budget, ladder):
+            continue
+        rung = time_rung(
+            plan,
+            w,
+            2 if w else None,
+            time.perf_counter() + share,
+            budget,
+            seed,
+            ladder,
+            batch_bytes,
+            train_step,
+        )
+        if rung is None:
+            break
+        ladder.in_training.append(rung)
+        if i == len(order) == len(counts) + 2:
+            again = _to_confirm(ladder, current)
+            if again is not None:
+                order.append(again)
+    if ladder.in_training_rung(current) is None:
+        ladder.in_training.clear()
+
+
+def _to_confirm(ladder: LoaderLadder, current: int) -> int | None:
+    """The other worker count that trained faster than both timings of the current one, if any: it is timed a
+    second time, since one short timing (about half a second) of CPU-bound loading beside the step is noisy on a
+    shared machine (issue 19, cpu_transform on the 2-core VM: num_workers=2 timed 1.36x in training, applied
+    0.90x; the sweep's best 1.08x). The plan then holds its slower timing against the current one's faster."""
+    now = [r.samples_per_s for r in ladder.in_training if r.num_workers == current]
+    others = [r for r in ladder.in_training if r.num_workers != current and not r.rough]
+    if len(now) < 2 or not others:
+        return None
+    best = max(others, key=lambda r: r.samples_per_s)
+    return best.num_workers if best.samples_per_s > max(now) else None

@@ -1,0 +1,257 @@
+"""Candidate fixes inside the training step beyond input: syncs, exposed communication, compute and per-op
+overhead (measured trials where they ran, the named estimates otherwise), a bigger batch that sizes its advice."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import lightning_bottleneck.thresholds as T
+from lightning_bottleneck.categories import (
+    Category,
+    Provenance,
+    Share,
+)
+from lightning_bottleneck.evidence import Evidence, RunConfig
+from lightning_bottleneck.evidence.trial_results import TrialResult
+from lightning_bottleneck.rules.candidates import (
+    COMPUTE_LEVERS,
+    Candidate,
+    Ranking,
+    RunAccount,
+    estimate,
+    share_of,
+)
+from lightning_bottleneck.rules.shares import mixed_precision_open
+
+
+def sync_candidates_of(breakdown: dict[str, float], account: RunAccount) -> list[Candidate]:
+    share = share_of(breakdown, Share.SYNC)
+    if share < T.SYNC_SHARE_MEDIUM:
+        return []
+    saved = share * T.RECOVERABLE["sync"] * account.step_ms
+    return [
+        estimate(
+            Category.SYNC,
+            "remove the synchronisations",
+            None,
+            {},
+            saved,
+            account,
+            f"{share:.0%} of the step blocks on the device; removing the calls removes the wait",
+        )
+    ]
+
+
+def communication_candidates_of(
+    evidence: Evidence, breakdown: dict[str, float], account: RunAccount
+) -> list[Candidate]:
+    share = share_of(breakdown, Share.COMMUNICATION)
+    cfg = evidence.config or RunConfig()
+    if share < T.COMM_SHARE_MEDIUM:
+        return []
+    exposed = share * account.step_ms
+    out = []
+    if not cfg.manual_optimization:
+        acc = max(1, cfg.accumulate_grad_batches)
+        new = acc * 2
+        frac = 1.0 - acc / new  # all-reduces per batch: 1/acc -> 1/new; (k-1)/k from acc=1
+        # the optimizer step (and its zero_grad) runs once per accumulation too: its phase of the step, measured
+        # on the host thread apart from backward (where DDP waits for the all-reduce), is saved in the same
+        # proportion (issue 19: ddp_comm's 16M-parameter step applied 1.97x against a 1.58x high end without it)
+        phases = evidence.summaries[0].phases if evidence.summaries else {}
+        opt_ms = phases.get("optimizer_step", 0.0) * account.step_ms
+        opt_text = f" and {opt_ms:.1f} ms/step of optimizer step" if opt_ms >= 0.05 else ""
+        accumulate = estimate(
+            Category.COMMUNICATION,
+            f"accumulate_grad_batches={new}",
+            "accumulate_grad_batches",
+            {"accumulate_grad_batches": new},
+            (exposed + opt_ms) * frac,
+            account,
+            f"{exposed:.1f} ms/step of exposed collectives{opt_text}, run once per {new} batches instead of "
+            f"{acc}: saves {frac:.0%} of it; the effective batch grows {new // acc}x (retune the learning "
+            "rate), memory per batch is unchanged",
+        )
+        # the high end: under no_sync DDP also skips the reducer's host work around the all-reduce (bucket
+        # copies, zero-filled unused gradients), which the trace counts as per-op overhead; at most all of it
+        # goes in the same proportion (ddp_comm: 83% collectives, 17% overhead, applied 1.88-1.97x: 47-49% saved)
+        overhead_ms = share_of(breakdown, Share.OVERHEAD) * account.step_ms
+        accumulate.evidence["saved_high_ms_per_step"] = (exposed + opt_ms + overhead_ms) * frac
+        out.append(accumulate)
+    if "fsdp" not in (cfg.strategy or "").lower():
+        out.append(
+            estimate(
+                Category.COMMUNICATION,
+                "DDP bucket settings",
+                "static_graph",
+                {},
+                exposed * T.COMM_BUCKETS_RECOVERABLE,
+                account,
+                f"{T.COMM_BUCKETS_RECOVERABLE:.0%} of {exposed:.1f} ms/step exposed collectives (fewer, larger buckets)",
+            )
+        )
+        out.append(
+            estimate(
+                Category.COMMUNICATION,
+                "gradient compression hook",
+                "ddp_comm_hook",
+                {},
+                exposed * T.COMM_COMPRESS_RECOVERABLE,
+                account,
+                f"{T.COMM_COMPRESS_RECOVERABLE:.0%} of {exposed:.1f} ms/step exposed collectives (half the bytes)",
+            )
+        )
+    else:
+        out.append(
+            estimate(
+                Category.COMMUNICATION,
+                "FSDP prefetch",
+                "backward_prefetch",
+                {},
+                exposed * T.RECOVERABLE["communication"],
+                account,
+                f"{T.RECOVERABLE['communication']:.0%} of {exposed:.1f} ms/step exposed all-gathers overlapped",
+            )
+        )
+    return out
+
+
+def model_candidates_of(
+    evidence: Evidence, breakdown: dict[str, float], account: RunAccount, ranking: Ranking
+) -> list[Candidate]:
+    """Compute and overhead: measured trials where they ran, the RECOVERABLE estimates otherwise."""
+    compute = share_of(breakdown, Share.COMPUTE)
+    overhead = share_of(breakdown, Share.OVERHEAD)
+    out: list[Candidate] = []
+    measured_keys: set[str] = set()
+    trials = evidence.trials
+    if trials is not None and trials.skipped:
+        ranking.notes.append(f"Trials on the live model skipped: {trials.skipped}")
+    if trials is not None and not trials.skipped:
+        model_ms = account.step_ms * max(
+            0.0, 1.0 - sum(share_of(breakdown, s) for s in (Share.DATA_WAIT, Share.SYNC, Share.COMMUNICATION))
+        )
+        unconfirmed = [r for r in trials.results if r.unconfirmed and r.measured_speedup is not None]
+        if unconfirmed:
+            ranking.notes.append(
+                "Trials ran while other processes took the CPUs, so their figures ("
+                + ", ".join(f"{r.name} {r.measured_speedup:.2f}x" for r in unconfirmed)
+                + ") are kept as evidence but not used: the compute advice is estimated from the trace."
+            )
+        for r in trials.results:
+            if r.measured_speedup is None or r.unconfirmed:
+                continue
+            measured_keys |= set(r.settings)
+            out.append(_trial_candidate(r, compute, overhead, model_ms, account))
+    amp_open = mixed_precision_open(evidence)
+    cfg = evidence.config
+    if compute >= T.COMPUTE_SHARE_MEDIUM and cfg is not None and cfg.accelerator == "cpu" \
+            and cfg.bf16_supported is False and str(cfg.precision) in ("32-true", "32"):  # fmt: skip
+        ranking.notes.append(
+            "Mixed precision (bf16) was neither tried nor advised: this CPU has no native bf16 instructions "
+            "(AVX512-BF16/AMX), where bf16 autocast runs slower than fp32 (0.03x measured on a wide MLP)."
+        )
+    if compute >= T.COMPUTE_SHARE_MEDIUM:
+        # mixed precision while it is open and untried; once it measured no faster (or is on), compile
+        key = "precision" if amp_open and "precision" not in measured_keys else "compile"
+        compiled = evidence.config is not None and bool(evidence.config.compiled)
+        if key not in measured_keys and not (key == "compile" and compiled):
+            frac = T.RECOVERABLE["compute"] if key == "precision" else T.COMPUTE_RECOVERABLE_NO_AMP
+            lever = "mixed precision" if key == "precision" else "torch.compile"
+            out.append(
+                estimate(
+                    Category.COMPUTE,
+                    lever,
+                    key,
+                    {},
+                    compute * frac * account.step_ms,
+                    account,
+                    f"{compute:.0%} of the step is compute; {lever} recovers about {frac:.0%} of it "
+                    "(not measured on this model)",
+                )
+            )
+    if overhead >= T.OVERHEAD_SHARE_MEDIUM and cfg is not None and cfg.batch_size:
+        out.append(_bigger_batch(breakdown, account, cfg.batch_size))
+    if overhead >= T.OVERHEAD_SHARE_MEDIUM and "compile" not in measured_keys:
+        frac = T.RECOVERABLE["overhead"]
+        sized = estimate(
+            Category.OVERHEAD,
+            "torch.compile",
+            "compile",
+            {},
+            overhead * frac * account.step_ms,
+            account,
+            f"{overhead:.0%} of the step is per-op overhead; compile removes about {frac:.0%} of it "
+            "(not measured on this model)",
+        )
+        sized.evidence["saved_high_ms_per_step"] = overhead * T.OVERHEAD_RECOVERABLE_MAX * account.step_ms
+        out.append(sized)
+    return out
+
+
+def _bigger_batch(breakdown: dict[str, float], account: RunAccount, batch_size: int) -> Candidate:
+    """A batch BATCH_GROWTH times bigger, estimated from the step's composition: the data wait and the compute
+    grow with the batch, the rest (per-op overhead, syncs, collectives over the parameters, other) is paid once
+    per step. Per sample, the step keeps ``s + (1 - s) / G`` of its time (``s`` the per-sample share), so it
+    saves ``(1 - s)(1 - 1/G)`` of each step's worth of samples: the low end, since per-sample work rarely grows
+    faster than the batch; the high end (``evidence["speedup_max"]``, G) has nothing grow with it (the
+    scoreboard measured 1.71-1.92x for a small MLP whose trace put 45% of the step in per-sample work).
+    It sizes the bigger-batch advice only (``competes=False``): a trade-off, estimated, that never outranks a
+    measured fix nor moves the verdict."""
+    g = T.BATCH_GROWTH
+    per_sample = min(1.0, share_of(breakdown, Share.DATA_WAIT) + share_of(breakdown, Share.COMPUTE))
+    frac = (1.0 - per_sample) * (1.0 - 1.0 / g)
+    sized = estimate(
+        Category.OVERHEAD,
+        f"batch size {batch_size} -> {batch_size * g}",
+        "batch_size",
+        {"batch_size": batch_size * g},
+        frac * account.step_ms,
+        account,
+        f"{per_sample:.0%} of the step grows with the batch (data wait and compute), the other "
+        f"{1 - per_sample:.0%} is paid once per step: a {g}x batch saves {frac:.0%} of the time per sample "
+        "(not measured on this model; the learning rate may need retuning)",
+    )
+    # the other bound: nothing grows with the batch, the step nor Lightning's loop around it (logging, hooks):
+    # G times the samples per second (a bigger matmul often costs little more than a small one)
+    return replace(sized, competes=False, evidence={"speedup_max": float(g)})
+
+
+def _trial_candidate(
+    r: TrialResult, compute: float, overhead: float, model_ms: float, account: RunAccount
+) -> Candidate:
+    key = next(iter(r.settings), None)
+    cat = COMPUTE_LEVERS.get(key or "", Category.COMPUTE)
+    if cat is None:
+        cat = Category.OVERHEAD if overhead > compute else Category.COMPUTE
+    speedup = float(r.measured_speedup or 0.0)
+    part = min(r.baseline_ms, model_ms) if r.baseline_ms else model_ms
+    per_step = part * (1.0 - 1.0 / speedup) if speedup > 0 else 0.0
+    saved_s = account.over_run(per_step)
+    amortised = per_step
+    basis = f"forward+backward measured {speedup:.2f}x on this model ({r.repetitions} A/B pairs)"
+    recommended = r.recommended and per_step > 0
+    if r.compile_s is not None:
+        basis += f"; {r.compile_s:.1f} s compile time counted against the run"
+        if saved_s is not None:
+            saved_s -= r.compile_s
+            amortised = account.per_step(saved_s)
+            if saved_s <= 0:
+                recommended = False
+                basis += " (it costs more than the run would save)"
+    if not r.recommended:
+        basis = r.note or "not faster than the noise band"
+    return Candidate(
+        cat,
+        r.name,
+        key,
+        dict(r.settings),
+        amortised,
+        saved_s,
+        Provenance.MEASURED,
+        account.speedup(amortised) if recommended else None,
+        basis,
+        r.measured_speedup,
+        recommended,
+        {"trial": r.to_dict()},
+    )
