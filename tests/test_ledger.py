@@ -514,10 +514,12 @@ def test_validating_less_often_does_not_count_the_first_runs_one_off_cost_as_sav
     from lightning_bottleneck.evidence import Evidence
     from lightning_bottleneck.rules.fit import validation_levers
 
+    # each validation loads its 16 samples at 2 ms each: a material share of the fit (else no lever at all: a
+    # bare 16-sample validation of this model takes ~3 ms, under FIT_PART_TARGET_SHARE of a 0.6 s fit)
     _, _, ledger = _fit(
         tmp_path,
         train=Data(320),
-        val=Data(16),
+        val=Data(16, sleep_s=0.002, slept=Slept()),
         callbacks=[_SlowFirstValidation(0.5)],
         max_steps=40,
         val_check_interval=5,
