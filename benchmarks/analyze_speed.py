@@ -8,7 +8,9 @@ Python process so that peak memory is its own:
   (HolisticTraceAnalysis, in its own virtual environment: pandas & co. never enter ours);
 * ``json.load``: ``json.load(gzip.open(path))`` of the same file, the floor for any Python reader.
 
-Times exclude interpreter start-up and imports (``analyze`` is also timed end to end as a command).
+The runs of one trace are interleaved (json.load, analyze, the ``--before`` analyze, HTA, then again), so
+drift on a shared machine hits each alike. Times exclude interpreter start-up and imports (``analyze`` is
+also timed end to end as a command).
 Memory is the process's peak resident set (VmHWM) minus its resident set after imports, i.e. what the
 trace itself costs, compared with the uncompressed JSON size.
 
@@ -20,6 +22,10 @@ Large traces: ``--large-mb 256,1024`` generates synthetic traces of those sizes 
 ``--large-src`` repeated, see ``make_large_trace.py``) in a temporary directory and measures only them:
 analyze time and peak memory against ``json.load`` (skipped above ``--json-load-max-mb``), HTA with
 ``--hta-large``, and checks that their summaries agree with the source trace's.
+
+``--before REPO`` also times ``analyze`` of another checkout of the package (e.g. the commit before a change)
+in the same run, printed under each row with the speed-up and, on large traces, whether both summaries are
+identical.
 
 Without ``--hta-python`` a venv is created (once) in ``benchmarks/.hta-venv`` with
 ``pip install HolisticTraceAnalysis``; ``--no-hta`` skips that column.
@@ -113,7 +119,8 @@ def _run(
             [python, "-c", code, arg, *extra],
             capture_output=True,
             text=True,
-            cwd=REPO,
+            # the checkout on PYTHONPATH: `python -c` puts the working directory first on sys.path
+            cwd=(env or {}).get("PYTHONPATH", REPO),
             env=env,
             timeout=timeout,
         )
@@ -126,7 +133,19 @@ def _run(
 
 
 def _measure(python: str, code: str, arg: str, repeat: int, env: dict[str, str] | None = None) -> dict | None:
-    runs = [_run(python, code, arg, env) for _ in range(repeat)]
+    return _median([_run(python, code, arg, env) for _ in range(repeat)])
+
+
+def _interleaved(specs: dict[str, tuple], repeat: int) -> dict[str, dict | None]:
+    """``_measure`` of each ``name: (python, code, arg, env)``, one run of each in turn (drift hits all alike)."""
+    runs: dict[str, list[dict | None]] = {name: [] for name in specs}
+    for _ in range(repeat):
+        for name, (python, code, arg, env) in specs.items():
+            runs[name].append(_run(python, code, arg, env))
+    return {name: _median(r) for name, r in runs.items()}
+
+
+def _median(runs: list[dict | None]) -> dict | None:
     ok = [r for r in runs if r and "error" not in r]
     if not ok:
         return runs[0]
@@ -295,8 +314,23 @@ def _parse_mb_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected sizes in MB like 256,1024, got {text!r}") from None
 
 
+def _print_before(b: dict | None, a: dict | None, same: bool | None = None) -> None:
+    """One line under a row: ``analyze`` of the ``--before`` checkout, and how much faster this one is."""
+    if not b or "error" in b or not a or "error" in a:
+        print(f"  before: {(b or {}).get('error', 'fails')}", flush=True)
+        return
+    agree = "" if same is None else f"; summaries {'identical' if same else 'DIFFER'}"
+    print(
+        f"  before ({Path(os.environ.get('_BEFORE', '?')).name}): analyze {b['seconds']:.3f} s, peak "
+        f"{b['peak_mb'] - b['base_mb']:.0f} MB -> now {b['seconds'] / a['seconds']:.2f}x faster, peak "
+        f"{(a['peak_mb'] - a['base_mb']) / max(1e-9, b['peak_mb'] - b['base_mb']):.2f}x{agree}",
+        flush=True,
+    )
+
+
 def run_large(args: argparse.Namespace, env: dict[str, str], hta_python: str | None) -> int:
     """Generate traces of ``--large-mb`` sizes from ``--large-src`` and measure analyze / json.load on them."""
+    before_env = dict(env, PYTHONPATH=args.before) if args.before else None
     sys.path.insert(0, str(HERE))
     from make_large_trace import make_large_trace  # benchmarks/ is not a package
 
@@ -357,6 +391,14 @@ def run_large(args: argparse.Namespace, env: dict[str, str], hta_python: str | N
         print(row, flush=True)
         if not ok_a and a:
             print(f"  analyze failed: {a.get('error')}", flush=True)
+        if before_env is not None:
+            out_b = Path(tmp.name) / f"summary-{label}-before.json"
+            b = _run(
+                sys.executable, ANALYZE_LARGE, str(path), before_env, str(out_b), timeout=args.large_timeout
+            )
+            _print_before(
+                b, a, same=out_b.exists() and out_json.exists() and out_b.read_text() == out_json.read_text()
+            )
         if summary is not None:
             summary["_primary"] = a["primary"] if a else None
         return summary
@@ -408,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--no-hta", action="store_true", help="skip the HolisticTraceAnalysis column")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median time, max memory)")
+    ap.add_argument("--before", metavar="REPO", help="also time analyze of another checkout (side by side)")
     large = ap.add_argument_group(
         "large traces", "synthetic traces made by make_large_trace.py; with --large-mb only this part runs"
     )
@@ -419,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     large.add_argument("--large-timeout", type=float, default=1800, help="seconds per measurement")
     args = ap.parse_args(argv)
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    if args.before:
+        args.before = str(Path(args.before).resolve())
+        os.environ["_BEFORE"] = args.before
+    before_env = dict(env, PYTHONPATH=args.before) if args.before else None
     if args.large_mb:
         hta = ensure_hta_python(args.hta_python) if args.hta_large and not args.no_hta else None
         return run_large(args, env, hta)
@@ -437,14 +484,17 @@ def main(argv: list[str] | None = None) -> int:
     totals = {"json": 0.0, "analyze": 0.0, "hta": 0.0}
     for path in traces:
         size = _uncompressed_mb(path)
-        j = _measure(sys.executable, JSON_LOAD, str(path), args.repeat)
-        a = _measure(sys.executable, ANALYZE, str(path), args.repeat, env)
+        with tempfile.TemporaryDirectory() as tmp:  # HTA wants a directory of rank files
+            shutil.copy(path, Path(tmp) / path.name)
+            specs: dict[str, tuple] = {"j": (sys.executable, JSON_LOAD, str(path), None)}
+            specs["a"] = (sys.executable, ANALYZE, str(path), env)
+            if before_env:
+                specs["b"] = (sys.executable, ANALYZE, str(path), before_env)
+            if hta_python:
+                specs["h"] = (hta_python, HTA, tmp, None)
+            got = _interleaved(specs, args.repeat)
+        j, a, b, h = got["j"], got["a"], got.get("b"), got.get("h")
         wall = _cli_wall(path, args.repeat)
-        h = None
-        if hta_python:
-            with tempfile.TemporaryDirectory() as tmp:  # HTA wants a directory of rank files
-                shutil.copy(path, Path(tmp) / path.name)
-                h = _measure(hta_python, HTA, tmp, args.repeat)
         ok_h = bool(h) and "error" not in (h or {})
         a_mem = a["peak_mb"] - a["base_mb"] if a and "error" not in a else float("nan")
         j_mem = j["peak_mb"] - j["base_mb"] if j and "error" not in j else float("nan")
@@ -464,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
             + f" {a_mem:7.1f} {a_mem / size:6.2f} {j_mem:8.1f} "
             + (f"{h_mem:7.1f}" if ok_h else f"{'-':>7}")
         )
+        if before_env is not None:
+            _print_before(b, a)
     if totals["analyze"] > 0:
         print(
             f"\nall traces HTA runs on: analyze {totals['analyze']:.2f} s, json.load {totals['json']:.2f} s, "

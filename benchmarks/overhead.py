@@ -27,6 +27,7 @@ the always-on hooks measured directly (the callback's real hook methods called o
     python benchmarks/overhead.py [--lengths 400 2000 10000] [--rounds 5] [--no-peers]
     python benchmarks/overhead.py --lengths 200 800 --rounds 2      # a quick look
     python benchmarks/overhead.py --direct 400 --rounds 3           # the fixed cost measured inside a fit
+    python benchmarks/overhead.py --child 400 --rounds 3 --against ../old  # the analysis child's CPU per fit
 """
 
 from __future__ import annotations
@@ -533,9 +534,31 @@ def main() -> None:
         metavar="STEPS",
         help="only: CPU of other threads vs children, STEPS-step fit",
     )
+    parser.add_argument(
+        "--child",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="only: CPU seconds, threads and peak cores of the analysis child per STEPS-step callback fit",
+    )
+    parser.add_argument("--against", help="with --child: also another checkout of the package, interleaved")
+    parser.add_argument("--child-one", type=int, default=0, help=argparse.SUPPRESS)  # one fit (a subprocess)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.child:
+        from child_cpu import side_by_side
+
+        side_by_side(args.child, args.rounds, args.against)
+        return
     compile_package()
+    if args.child_one:
+        import json
+
+        from child_cpu import one_fit
+
+        run_fit(20, "bare")
+        print(json.dumps(one_fit(args.child_one, run_fit)))
+        return
     if args.where:
         run_fit(20, "bare")
         where_the_work_runs(args.where, args.rounds)

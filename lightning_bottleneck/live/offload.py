@@ -33,6 +33,7 @@ __all__ = [
     "CHILD_TIMEOUT_S",
     "ENTRY_MODULE",
     "IN_PROCESS_ENV",
+    "ONE_THREAD_ENV",
     "ChildFailed",
     "ChildJob",
     "ChildWorker",
@@ -50,6 +51,15 @@ IN_PROCESS_ENV = "LIGHTNING_BOTTLENECK_IN_PROCESS"
 CHILD_TIMEOUT_S = 60.0
 
 _FRAMEWORKS = ("torch", "lightning", "pytorch_lightning")
+#: Thread pools of numpy's BLAS / OpenMP runtimes, each held to one thread in the child: it never takes more
+#: than one core beside training (OpenBLAS otherwise starts a thread per core at ``import numpy``).
+ONE_THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 _children: set[subprocess.Popen[bytes]] = set()
 _lock = threading.Lock()
 
@@ -69,6 +79,7 @@ def _env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("MPLBACKEND", "Agg")
+    env.update(dict.fromkeys(ONE_THREAD_ENV, "1"))
     return env
 
 
