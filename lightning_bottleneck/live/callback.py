@@ -113,6 +113,10 @@ class BottleneckCallback(Callback):
             5 s, from the same pool after the loader probe.
         compile_budget_s: seconds ``torch.compile`` may take in the trials; 0 skips it; ``None``: 60 s, at most
             what is left of the pool.
+        autotune: apply the loader probe's measured DataLoader setting (``num_workers``, ``persistent_workers``,
+            ``prefetch_factor``, ``pin_memory`` on a GPU) to this fit at the first epoch boundary after the
+            mid-run verdict, time it against the steps before, and keep it only when faster beyond noise, else
+            switch back (docs/callback.md#autotune). Off by default.
 
     Example::
 
@@ -145,6 +149,7 @@ class BottleneckCallback(Callback):
         loader_budget_s: float | None = None,
         trial_budget_s: float | None = None,
         compile_budget_s: float | None = None,
+        autotune: bool = False,
     ) -> None:
         super().__init__()
         self.wait = check_int("wait", wait, 0)
@@ -177,6 +182,7 @@ class BottleneckCallback(Callback):
             "on top of trial_budget_s; 0 skips the torch.compile trial",
             auto=True,
         )
+        self.autotune = check_bool("autotune", autotune)
         self._reset()
 
     # ------------------------------------------------------------------ state
@@ -197,7 +203,7 @@ class BottleneckCallback(Callback):
         )
         return RunOptions(
             window, budgets, self.track_syncs, self.log_every_n_steps, self.output_dir, self.report_path,
-            self.baseline, self.verbose, self.gather_timeout,
+            self.baseline, self.verbose, self.gather_timeout, self.autotune,
         )  # fmt: skip
 
     @property
@@ -301,6 +307,13 @@ class BottleneckCallback(Callback):
     @_guarded
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._run.timer.epoch_start()
+        if self._run.autotune is not None:
+            self._run.autotune.epoch_start(self._run)
+
+    @_guarded
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._run.autotune is not None and self._active_fit:
+            self._run.autotune.epoch_end(self._run, trainer)
 
     # The two hooks of every step guard themselves inline (as `_guarded` does): one Python frame less each, on
     # the always-on path.

@@ -72,6 +72,7 @@ class RunOptions:
     baseline: str | None = None
     verbose: bool = True
     gather_timeout: float = 120.0
+    autotune: bool = False
 
 
 class FitRun:
@@ -117,6 +118,11 @@ class FitRun:
         self.worker: ChildWorker | None = None  # the torch-free child: trace analysis, picture
         self.midrun_report: Report | None = None
         self.report: Report | None = None
+        self.autotune: Any = None  # live/autotune.py's Autotuner, with autotune=True only
+        if options.autotune:
+            from lightning_bottleneck.live.autotune import Autotuner
+
+            self.autotune = Autotuner(verbose=options.verbose)
 
     # ------------------------------------------------------------------ start and end
     def setup(self, trainer: pl.Trainer) -> None:
@@ -397,6 +403,8 @@ class FitRun:
             self.notes += merged.notes
             ledgers = merged.ledgers
         self.report = self.verdict(trainer, summaries, sites, trace_files, ledgers)
+        if self.autotune is not None:
+            self.report.autotune = self.autotune.result(self)
         against_midrun(self.midrun_report, self.report)
         if trainer.is_global_zero:
             self.publish(trainer, self.report)

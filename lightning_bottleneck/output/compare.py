@@ -40,21 +40,23 @@ HELPED, HURT, NO_CHANGE, INCONCLUSIVE = "helped", "hurt", "no_change", "inconclu
 
 
 def ratio_interval(
-    before: list[float], after: list[float], seed: int = BOOTSTRAP_SEED
+    before: list[float], after: list[float], seed: int = BOOTSTRAP_SEED, statistic: str = "median"
 ) -> tuple[float, float] | None:
-    """Bootstrap percentile interval (:data:`CONFIDENCE`) of median(after) / median(before), or None."""
+    """Bootstrap percentile interval (:data:`CONFIDENCE`) of median(after) / median(before), or None;
+    ``statistic="mean"``: of the means (autotune, where a once-per-epoch stall is part of the cost)."""
     b = _clean(before)
     a = _clean(after)
     if b.size < MIN_SAMPLES or a.size < MIN_SAMPLES:
         return None
+    stat = np.mean if statistic == "mean" else np.median
     rng = np.random.default_rng(seed)
     per_batch = max(1, _BATCH_ELEMENTS // max(a.size, b.size))
     ratios: list[np.ndarray] = []
     done = 0
     while done < BOOTSTRAP_RESAMPLES:
         n = min(per_batch, BOOTSTRAP_RESAMPLES - done)
-        mb = np.median(b[rng.integers(0, b.size, (n, b.size))], axis=1)
-        ma = np.median(a[rng.integers(0, a.size, (n, a.size))], axis=1)
+        mb = stat(b[rng.integers(0, b.size, (n, b.size))], axis=1)
+        ma = stat(a[rng.integers(0, a.size, (n, a.size))], axis=1)
         ratios.append(ma / mb)
         done += n
     tail = (1.0 - CONFIDENCE) / 2.0
