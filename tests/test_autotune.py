@@ -113,16 +113,32 @@ def _fit(
 
 
 # ---------------------------------------------------------------------------------------------- real fits
-@pytest.mark.parametrize("seeded", [True, False], ids=["own-generator", "global-rng"])
+@pytest.mark.parametrize(
+    "seeded, workers",
+    [(True, 0), (False, 0), (True, 1)],
+    ids=["in-process-own-generator", "in-process-global-rng", "one-worker-restarting"],
+)
 def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
-    tmp_path: Path, forced: None, seeded: bool
+    tmp_path: Path, forced: None, seeded: bool, workers: int
 ) -> None:
-    data = Indexed(in_process_s=0.004)  # 16 ms a batch in-process; two workers load two batches at once
-    plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, seeded))
-    tuned, trainer, cb = _fit(tmp_path, True, lambda: _loader(data, seeded))
+    # 16 ms a batch in-process (or in one worker); two persistent workers load two batches at once
+    data = Indexed(in_process_s=0.004, in_worker_s=0.004)
+
+    def loader() -> DataLoader:
+        dl = _loader(data, seeded)
+        return DataLoader(data, batch_size=4, shuffle=True, generator=dl.generator, num_workers=workers)
+
+    plain, _, _ = _fit(tmp_path, False, loader)
+    tuned, trainer, cb = _fit(tmp_path, True, loader)
     record = cb.report.autotune
     assert record is not None and record.status == KEPT, record
-    assert record.settings == WORKERS and record.previous == {"num_workers": 0, "persistent_workers": False}
+    assert record.settings == WORKERS and record.previous == {
+        "num_workers": workers,
+        "persistent_workers": False,
+    }
+    # in-process loading has no read-ahead: the switch is made mid-epoch, the sampler's position kept; a loader with
+    # workers has indices queued ahead: at the next epoch boundary
+    assert record.mid_epoch is (workers == 0)
     assert record.applied_at_step is not None and record.applied_at_epoch is not None
     assert record.steps_after >= MIN_CONFIRM_STEPS - 1 and record.speedup and record.speedup > 1.2
     assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
@@ -137,7 +153,7 @@ def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path
     plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True))
     tuned, trainer, cb = _fit(tmp_path, True, lambda: _loader(data, True))
     record = cb.report.autotune
-    assert record is not None and record.status == UNDONE, record
+    assert record is not None and record.status == UNDONE and record.mid_epoch, record
     assert record.step_ratio is not None and record.step_ratio > 1.0 and record.undone_at_epoch is not None
     loader = trainer.train_dataloader
     assert loader.num_workers == 0 and not loader.persistent_workers  # the user's own loader is back

@@ -162,6 +162,83 @@ def recreate(dl: DataLoader, settings: dict[str, Any]) -> DataLoader:
     return new
 
 
+class _Remaining(Sampler):
+    """The batches of index lists the running in-process iterator has not fetched yet: exactly ``left`` of them,
+    taken from its own batch sampler iterator (never asked one more time: that would run ``RandomSampler``'s tail
+    draw, which in-process loading under Lightning never does)."""
+
+    def __init__(self, batches: Iterator[Any], left: int) -> None:
+        self.batches = batches
+        self.left = left
+
+    def __iter__(self) -> Iterator[Any]:
+        for _ in range(self.left):
+            try:
+                yield next(self.batches)
+            except StopIteration:
+                return
+
+    def __len__(self) -> int:
+        return self.left
+
+
+def _can_switch_mid_epoch(trainer: Any, settings: dict[str, Any]) -> bool:
+    """The running epoch's loaders that would change load in-process (no read-ahead: the position in the sampler
+    is the batches fetched) with automatic batching, and the fit loop's iterator holds their iterators."""
+    from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
+
+    combined = getattr(trainer.fit_loop, "_combined_loader", None)
+    running = getattr(getattr(combined, "_iterator", None), "iterators", None)
+    if combined is None or not running or len(running) != len(combined.flattened):
+        return False
+    if int(settings.get("num_workers", 0)) == 0:
+        return False  # nothing to gain before the next epoch from in-process loading
+    batches = _epoch_batches(combined)
+    found = False
+    for dl, it in zip(combined.flattened, running):
+        if not _eligible(dl, batches):
+            continue
+        if (
+            dl.num_workers != 0
+            or not isinstance(it, _SingleProcessDataLoaderIter)
+            or dl.batch_size is None
+            or set(getattr(dl, "__pl_saved_arg_names", ())) - {"dataset"}
+            or len(dl) - it._num_yielded < 1
+        ):
+            return False
+        found = True
+    return found
+
+
+def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> DataLoader:
+    """A loader for the rest of the running epoch with ``settings`` (non-persistent workers): Lightning's captured
+    arguments of ``dl`` with, as its batch sampler, the index batches ``running`` (in-process) has not fetched; its
+    workers' base seed comes from a generator of its own seeded with ``running``'s, so the user's generator (or
+    torch's global one) draws nothing the run without autotune would not."""
+    from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _get_dataloader_init_args_and_kwargs
+
+    left = len(dl) - running._num_yielded
+    args, kwargs = _get_dataloader_init_args_and_kwargs(dl, dl.sampler, RunningStage.TRAINING)
+    workers = int(settings.get("num_workers", dl.num_workers))
+    generator = torch.Generator()
+    generator.manual_seed(int(running._base_seed) & (2**63 - 1))
+    kwargs.update(
+        batch_sampler=_Remaining(running._sampler_iter, left), batch_size=1, shuffle=None, sampler=None,
+        drop_last=False, generator=generator, num_workers=workers, persistent_workers=False,
+        prefetch_factor=settings.get("prefetch_factor"), pin_memory=bool(settings.get("pin_memory", dl.pin_memory)),
+    )  # fmt: skip
+    new = _reinstantiate_wrapped_cls(dl, *args, **kwargs)
+    new.worker_init_fn = dl.worker_init_fn
+    return new
+
+
+def _shutdown_iterator(it: Any) -> None:
+    with contextlib.suppress(Exception):
+        it._shutdown_workers()
+
+
 def shutdown_workers(dl: Any) -> None:
     """Stop the workers of ``dl``'s persistent iterator, if any (best effort; never raises)."""
     it = getattr(dl, "_iterator", None)
@@ -180,15 +257,21 @@ class Autotuner:
         self.verbose = verbose
         self.state = WAITING
         self.record: AutotuneRecord | None = None
-        self.epochs: list[tuple[int, float | None, list[float]]] = []  # (epoch, first step, other steps)
+        # the timed steps, one entry per epoch (split in two at a mid-epoch switch): (first step, other steps)
+        self.entries: list[tuple[float | None, list[float]]] = []
+        self.split = 0  # entries[split:] ran with the setting
+        self.one_off: set[int] = (
+            set()
+        )  # entries whose first step paid a start-up kept or left out (see _after)
         self.ring_start = 0
         self.starts_seen = 0
+        self.pending: tuple[dict[str, Any] | None, str] | None = None  # rank zero's choice, every rank
         self.originals: list[Any] = []
         self.replaced: list[Any] = []
+        self.rest_of_epoch: list[Any] = []  # iterators of the loaders that finish a switched epoch
         self.switch_epoch: int | None = None
         self.switch_steps = 0
         self.before: list[float] = []
-        self.skip_first = False  # the first step after the switch starts persistent workers: paid once
 
     # ------------------------------------------------------------------ timing per epoch
     def epoch_start(self, run: Any) -> None:
@@ -232,29 +315,59 @@ class Autotuner:
             )
 
     def _epoch_end(self, run: Any, trainer: Any) -> None:
-        first, steps = self._epoch_steps(run)
-        self.epochs.append((trainer.current_epoch, first, steps))
+        self.entries.append(self._epoch_steps(run))
+        for it in self.rest_of_epoch:  # the loaders that finished the switched epoch: their workers go
+            _shutdown_iterator(it)
+        self.rest_of_epoch = []
         if self.state == WAITING and run.midrun_report is not None:
-            self._apply(run, trainer)
+            if self.pending is None:  # no choice at the mid-run verdict (it did not reach this object)
+                self.pending = self._agreed_choice(run, trainer)
+            self._apply(run, trainer, self.pending, mid_epoch=False)
         elif self.state == TRIAL and run.timer.steps - self.switch_steps >= MIN_CONFIRM_STEPS:
             self._decide(run, trainer)
 
-    def _samples(self, since: int | None = None, until: int | None = None) -> list[float]:
-        out: list[float] = []
-        for epoch, first, steps in self.epochs:
-            if (since is not None and epoch < since) or (until is not None and epoch >= until):
-                continue
-            if first is not None and not (self.skip_first and epoch == since):
-                out.append(first)
-            out += steps
-        return out
+    def midrun(self, run: Any, trainer: Any) -> None:
+        """Right after the mid-run verdict (the same step on every rank): the choice, and, where the position in
+        the sampler can be kept exactly, the switch now; else at the next epoch boundary."""
+        if self.state != WAITING or self.pending is not None:
+            return
+        try:
+            self.pending = self._agreed_choice(run, trainer)
+            if self.pending[0] is not None and _can_switch_mid_epoch(trainer, self.pending[0]):
+                self._apply(run, trainer, self.pending, mid_epoch=True)
+        except Exception as err:
+            self.state = DONE
+            self.record = AutotuneRecord(
+                status=NOT_APPLIED, reason=f"autotune failed ({type(err).__name__}: {err})"
+            )
 
-    def _apply(self, run: Any, trainer: Any) -> None:
+    def _agreed_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
         payload: tuple[dict[str, Any] | None, str] = (None, "")
         if trainer.is_global_zero:
             payload = self._choose(run, trainer)
         if trainer.world_size > 1:
             payload = trainer.strategy.broadcast(payload, src=0)
+        return payload
+
+    def _before(self) -> list[float]:
+        out: list[float] = []
+        for first, steps in self.entries[: self.split]:
+            out += ([first] if first is not None else []) + steps
+        return out
+
+    def _after(self) -> list[float]:
+        """The steps with the setting; a start-up paid once (persistent workers, the loader that finishes a
+        switched epoch) is left out: keeping the setting does not pay it again."""
+        out: list[float] = []
+        for i, (first, steps) in enumerate(self.entries[self.split :], start=self.split):
+            if first is not None and i not in self.one_off:
+                out.append(first)
+            out += steps[1:] if (first is None and i == self.split) else steps
+        return out
+
+    def _apply(
+        self, run: Any, trainer: Any, payload: tuple[dict[str, Any] | None, str], mid_epoch: bool
+    ) -> None:
         settings, reason = payload
         self.state = DONE
         if settings is None:
@@ -265,20 +378,33 @@ class Autotuner:
         batches = _epoch_batches(combined)
         try:
             replaced = [recreate(dl, settings) if _eligible(dl, batches) else dl for dl in originals]
+            rest = []
+            if mid_epoch:
+                running = combined._iterator.iterators
+                for i, (dl, new) in enumerate(zip(originals, replaced)):
+                    if new is not dl:
+                        rest.append((i, iter(rest_of_epoch(dl, running[i], settings))))
             combined.flattened = replaced
         except Exception as err:
             self._not_applied(
                 f"Lightning could not re-create the train DataLoader ({type(err).__name__}: {err})"
             )
             return
+        for i, it in rest:  # from the next batch on, the rest of this epoch's batches come from the workers
+            combined._iterator.iterators[i] = it
+        self.rest_of_epoch = [it for _, it in rest]
         self.originals, self.replaced = originals, replaced
         changed = [dl for dl, new in zip(originals, replaced) if new is not dl]
-        self.switch_epoch = trainer.current_epoch + 1
+        if mid_epoch:  # this epoch's steps so far are "before"; the rest is a new entry without a first step
+            self.entries.append(self._epoch_steps(run))
+            self.ring_start, self.starts_seen = run.timer.step_ms.n, len(run.timer.epoch_start_wait_ms) + 1
+        self.split = len(self.entries)
+        persistent = any(not _draws_every_epoch(dl) for dl in replaced)
+        if persistent:  # the epoch that starts them pays their start-up once
+            self.one_off.add(self.split + (1 if mid_epoch else 0))
+        self.switch_epoch = trainer.current_epoch + (0 if mid_epoch else 1)
         self.switch_steps = run.timer.steps
-        self.before = self._samples(until=self.switch_epoch)
-        self.skip_first = bool(settings.get("persistent_workers")) or any(
-            not _draws_every_epoch(dl) for dl in replaced
-        )
+        self.before = self._before()
         config = run.config
         self.record = AutotuneRecord(
             status=APPLIED,
@@ -286,14 +412,16 @@ class Autotuner:
             previous=loader_settings(changed[0], settings) if changed else {},
             applied_at_step=run.timer.steps,
             applied_at_epoch=self.switch_epoch,
+            mid_epoch=mid_epoch,
             steps_before=len(self.before),
             loaders=len(changed),
             keep_line=keep_line(settings, config.batch_size if config is not None else None),
         )
         self.state = TRIAL
+        when = "mid-epoch, the sampler's position kept" if mid_epoch else f"from epoch {self.switch_epoch}"
         self._say(
             f"autotune applied {_text(settings)} to {len(changed)} train DataLoader(s) after step {run.timer.steps}"
-            f" (from epoch {self.switch_epoch}); timing it against the {len(self.before)} steps before."
+            f" ({when}); timing it against the {len(self.before)} steps before."
         )
 
     def _choose(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
@@ -319,7 +447,7 @@ class Autotuner:
         return choose(run.midrun_report, accelerator)
 
     def _decide(self, run: Any, trainer: Any) -> None:
-        after = self._samples(since=self.switch_epoch)
+        after = self._after()
         decision = decide(self.before, after) if trainer.is_global_zero else None
         if trainer.world_size > 1:
             decision = trainer.strategy.broadcast(decision, src=0)
@@ -342,6 +470,9 @@ class Autotuner:
         for dl, original in zip(self.replaced, self.originals):
             if dl is not original:
                 shutdown_workers(dl)
+        for it in self.rest_of_epoch:
+            _shutdown_iterator(it)
+        self.rest_of_epoch = []
         record.status = UNDONE
         record.undone_at_epoch = trainer.current_epoch + 1
         record.reason = decision.reason
@@ -351,7 +482,7 @@ class Autotuner:
     def result(self, run: Any) -> AutotuneRecord:
         """The record for the report: as decided, or what stands when the fit ended."""
         if self.record is not None and self.state == TRIAL:
-            after = self._samples(since=self.switch_epoch)
+            after = self._after()
             interim = decide(self.before, after)
             self.record.steps_after = len(after)
             self.record.step_ratio, self.record.ratio_interval = interim.ratio, interim.interval

@@ -300,6 +300,8 @@ class FitRun:
         self.midrun_report = report
         if trainer.is_global_zero:
             self.publish(trainer, report)
+        if self.autotune is not None:  # the choice, and the switch where it can be made mid-epoch
+            self.autotune.midrun(self, trainer)
 
     def collect_analysis(self) -> None:
         analysis = self.analysis

@@ -33,7 +33,8 @@ class AutotuneRecord:
     settings: dict[str, Any] = field(default_factory=dict)
     previous: dict[str, Any] = field(default_factory=dict)
     applied_at_step: int | None = None
-    applied_at_epoch: int | None = None  # the first epoch that ran with the settings
+    applied_at_epoch: int | None = None  # the epoch of the switch (mid_epoch) or the first that ran with it
+    mid_epoch: bool = False  # switched within an epoch, the sampler's position kept
     decided_at_step: int | None = None
     undone_at_epoch: int | None = None  # the first epoch back on the previous settings
     steps_before: int = 0
@@ -63,6 +64,7 @@ class AutotuneRecord:
             "previous": dict(self.previous),
             "applied_at_step": self.applied_at_step,
             "applied_at_epoch": self.applied_at_epoch,
+            "mid_epoch": self.mid_epoch,
             "decided_at_step": self.decided_at_step,
             "undone_at_epoch": self.undone_at_epoch,
             "steps_before": self.steps_before,
@@ -90,6 +92,7 @@ class AutotuneRecord:
             previous=dict(d.get("previous") or {}),
             applied_at_step=_int(d.get("applied_at_step")),
             applied_at_epoch=_int(d.get("applied_at_epoch")),
+            mid_epoch=bool(d.get("mid_epoch", False)),
             decided_at_step=_int(d.get("decided_at_step")),
             undone_at_epoch=_int(d.get("undone_at_epoch")),
             steps_before=int(d.get("steps_before") or 0),
@@ -128,7 +131,9 @@ def autotune_line(record: AutotuneRecord) -> str:
     """One sentence: what autotune applied, at which step, what it measured, and whether it was kept."""
     what = settings_text(record.settings)
     where = (
-        f"at step {record.applied_at_step} (epoch {record.applied_at_epoch})"
+        f"at step {record.applied_at_step} ("
+        + ("mid-epoch " if record.mid_epoch else "")
+        + f"epoch {record.applied_at_epoch})"
         if record.applied_at_step is not None
         else ""
     )
