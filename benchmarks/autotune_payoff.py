@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     rows = []
     print(
-        "| workload | untouched s | autotuned s | best s (setting) | autotuned speed-up | recovered | autotune did | goal |"
+        "| workload | untouched s | callback s | autotuned s | best s (setting) | autotuned vs untouched "
+        "| vs callback | recovered | autotune did | goal |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in a.workloads.split(","):
