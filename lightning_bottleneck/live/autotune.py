@@ -299,6 +299,9 @@ class Autotuner:
         """Time the epoch; apply, or judge, when due. A failure puts the user's loaders back and ends autotune
         (one reason on the record); the callback and the fit go on."""
         if self.state == DONE:
+            for it in self.rest_of_epoch:  # the loaders that finished a switched epoch: their workers go
+                _shutdown_iterator(it)
+            self.rest_of_epoch = []
             return
         try:
             self._epoch_end(run, trainer)
@@ -344,7 +347,10 @@ class Autotuner:
     def _agreed_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
         payload: tuple[dict[str, Any] | None, str] = (None, "")
         if trainer.is_global_zero:
-            payload = self._choose(run, trainer)
+            try:  # never raise before the broadcast: the other ranks wait in it
+                payload = self._choose(run, trainer)
+            except Exception as err:
+                payload = (None, f"autotune could not choose ({type(err).__name__}: {err})")
         if trainer.world_size > 1:
             payload = trainer.strategy.broadcast(payload, src=0)
         return payload
