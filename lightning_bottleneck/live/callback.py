@@ -188,6 +188,11 @@ class BottleneckCallback(Callback):
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
         self.phase_hooks(True)
+        # the epoch-end hook serves autotune alone: without it, not in Lightning's hook calls at all
+        if self.autotune:
+            self.__dict__.pop("on_train_epoch_end", None)
+        else:
+            self.__dict__["on_train_epoch_end"] = _skipped_hook()
         self._disabled = False
         self._active_fit = False
         self._run = FitRun(self._run_options(), owner=self)
@@ -395,7 +400,11 @@ class BottleneckCallback(Callback):
     # ------------------------------------------------------------------ checkpointing / spawning
     def __getstate__(self) -> dict[str, Any]:
         """Only the options travel (``ddp_spawn`` pickles callbacks); run state starts fresh in setup."""
-        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in PHASE_HOOKS}
+        state = {
+            k: v
+            for k, v in self.__dict__.items()
+            if not k.startswith("_") and k not in PHASE_HOOKS and k != "on_train_epoch_end"
+        }
         state["_report"] = self.report
         return state
 
