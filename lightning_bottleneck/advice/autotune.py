@@ -49,7 +49,10 @@ def choose(report: Report | None, accelerator: str | None) -> tuple[dict[str, An
             settings.pop("pin_memory", None)
         if settings:
             return settings, ""
-    return None, "the loader probe measured no DataLoader setting faster than the current one"
+    return (
+        None,
+        "the mid-run report has no measured DataLoader setting to apply (no loader advice, or none measured)",
+    )
 
 
 @dataclass(frozen=True)
