@@ -71,6 +71,7 @@ RUN_SWITCHES: tuple[tuple[str, str, bool, str], ...] = (
     ("--profile-memory", "profile_memory", True, "record allocations (costs more in the window)"),
     ("--with-stack", "with_stack", True, "record Python stacks (the most expensive option)"),
     ("--no-track-syncs", "track_syncs", False, "do not time host-device synchronisations"),
+    ("--autotune", "autotune", True, "apply the measured DataLoader setting mid-fit; kept if faster"),
 )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_bottleneck.atomic_write import write_atomically
+from lightning_bottleneck.autotune_record import AutotuneRecord
 from lightning_bottleneck.categories import Category, FindingKind, Provenance, Severity
 from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.stats import percentile
@@ -250,9 +251,10 @@ class Report:
     trace_files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # caveats (short window, fallbacks, missing ranks)
     metrics: dict[str, Any] = field(default_factory=dict)  # the raw evidence the verdict used
+    autotune: AutotuneRecord | None = None  # BottleneckCallback(autotune=True) only (autotune_record.py)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "schema_version": SCHEMA_VERSION,
             "primary": self.primary.value,
             "confidence": round(self.confidence, 3),
@@ -269,6 +271,9 @@ class Report:
             "notes": list(self.notes),
             "metrics": self.metrics,
         }
+        if self.autotune is not None:  # the key only when autotune was on: other reports stay as they were
+            out["autotune"] = self.autotune.to_dict()
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
         """Strict JSON (RFC 8259): a non-finite number (NaN, Infinity) becomes ``null``."""
@@ -301,6 +306,7 @@ class Report:
             trace_files=list(d.get("trace_files", [])),
             notes=list(d.get("notes", [])),
             metrics=dict(d.get("metrics") or {}),
+            autotune=AutotuneRecord.from_dict(d["autotune"]) if isinstance(d.get("autotune"), dict) else None,
         )
 
     @classmethod

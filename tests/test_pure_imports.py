@@ -38,11 +38,13 @@ TOP_LEVEL = {
     "stats",
     "atomic_write",
     "errors",
+    "bootstrap",
+    "autotune_record",
 }
 #: The layers, bottom first: a module may import its own layer and those below, never one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("categories", "vocabulary", "thresholds", "stats", "atomic_write", "errors"),  # shared vocabulary
-    ("report",),  # the report schema: typed results, exactly the JSON written
+    ("categories", "vocabulary", "thresholds", "stats", "bootstrap", "atomic_write", "errors"),  # vocabulary
+    ("report", "autotune_record"),  # the report schema: typed results, exactly the JSON written
     ("trace",),  # parsing
     ("analysis",),  # trace -> summaries
     ("evidence",),  # everything the rules look at, the measurement results included (torch-free)

@@ -20,9 +20,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck.live.fit_run import FitRun, RunOptions
 from lightning_bottleneck.live.options import check_bool, check_int, check_path, check_seconds, check_timeout
-from lightning_bottleneck.live.phase_hooks import PHASE_HOOKS, set_phase_hooks
-from lightning_bottleneck.live.profiler_window import WindowOptions, stands_down
-from lightning_bottleneck.measure.stage import MeasureOptions
+from lightning_bottleneck.live.phase_hooks import AUTOTUNE_HOOKS, REMOVABLE_HOOKS, set_hooks, set_phase_hooks
+from lightning_bottleneck.live.profiler_window import stands_down
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import PHASE_BACKWARD, PHASE_TRAINING_STEP, PHASE_VALIDATION
 
@@ -88,6 +87,8 @@ class BottleneckCallback(Callback):
             5 s, from the same pool after the loader probe.
         compile_budget_s: seconds ``torch.compile`` may take in the trials; 0 skips it; ``None``: 60 s, at most
             what is left of the pool.
+        autotune: apply the loader probe's measured DataLoader setting to this fit, keep it only when faster
+            beyond noise, else switch back (docs/callback.md#autotune). Off by default.
 
     Example::
 
@@ -120,6 +121,7 @@ class BottleneckCallback(Callback):
         loader_budget_s: float | None = None,
         trial_budget_s: float | None = None,
         compile_budget_s: float | None = None,
+        autotune: bool = False,
     ) -> None:
         super().__init__()
         self.wait = check_int("wait", wait, 0)
@@ -152,28 +154,17 @@ class BottleneckCallback(Callback):
             "on top of trial_budget_s; 0 skips the torch.compile trial",
             auto=True,
         )
+        self.autotune = check_bool("autotune", autotune)
         self._reset()
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
         set_phase_hooks(self, True)
+        set_hooks(self, AUTOTUNE_HOOKS, self.autotune)
         self._disabled = False
         self._active_fit = False
-        self._run = FitRun(self._run_options(), owner=self)
+        self._run = FitRun(RunOptions.of(self), owner=self)
         self._labels = self._run.labels  # hot-path alias: a non-empty label stack means labels to close
-
-    def _run_options(self) -> RunOptions:
-        window = WindowOptions(
-            self.skip_first, self.wait, self.warmup, self.active, self.repeat,
-            self.record_shapes, self.profile_memory, self.with_stack,
-        )  # fmt: skip
-        budgets = MeasureOptions(
-            self.probe_loader, self.loader_budget_s, self.trial_budget_s, self.compile_budget_s
-        )
-        return RunOptions(
-            window, budgets, self.track_syncs, self.log_every_n_steps, self.output_dir, self.report_path,
-            self.baseline, self.verbose, self.gather_timeout,
-        )  # fmt: skip
 
     @property
     def report(self) -> Report | None:
@@ -189,9 +180,6 @@ class BottleneckCallback(Callback):
     def schedule_length(self) -> int:
         """Training steps until the last profiled step of the last cycle."""
         return self._run.window.options.length
-
-    def _note(self, text: str) -> None:
-        self._run.notes.append(text)
 
     def _disable(self, why: str) -> None:
         rank_zero_warn(
@@ -266,7 +254,12 @@ class BottleneckCallback(Callback):
 
     @_guarded
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._run.timer.epoch_start()
+        self._run.epoch_start()
+
+    @_guarded
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._active_fit:  # in Lightning's hook calls with autotune=True only (phase_hooks.AUTOTUNE_HOOKS)
+            self._run.epoch_end(trainer)
 
     # The two hooks of every step guard themselves inline (as `_guarded` does): one Python frame less each, on
     # the always-on path.
@@ -330,15 +323,12 @@ class BottleneckCallback(Callback):
         self._run.resume()
 
     # ------------------------------------------------------------------ the end
-    @_guarded
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._active_fit and not self._run.finalized:
-            self._run.finalize(trainer, pl_module)
+    on_train_end = _finish_fit  # the verdict, report and pictures; teardown does it if training never ended
 
     # ------------------------------------------------------------------ checkpointing / spawning
     def __getstate__(self) -> dict[str, Any]:
         """Only the options travel (``ddp_spawn`` pickles callbacks); run state starts fresh in setup."""
-        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in PHASE_HOOKS}
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in REMOVABLE_HOOKS}
         state["_report"] = self.report
         return state
 

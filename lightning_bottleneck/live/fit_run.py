@@ -76,6 +76,20 @@ class RunOptions:
     baseline: str | None = None
     verbose: bool = True
     gather_timeout: float = 120.0
+    autotune: bool = False
+
+    @classmethod
+    def of(cls, cb: Any) -> RunOptions:
+        """The options of a ``BottleneckCallback`` (its validated attributes)."""
+        window = WindowOptions(
+            cb.skip_first, cb.wait, cb.warmup, cb.active, cb.repeat,
+            cb.record_shapes, cb.profile_memory, cb.with_stack,
+        )  # fmt: skip
+        budgets = MeasureOptions(cb.probe_loader, cb.loader_budget_s, cb.trial_budget_s, cb.compile_budget_s)
+        return cls(
+            window, budgets, cb.track_syncs, cb.log_every_n_steps, cb.output_dir, cb.report_path,
+            cb.baseline, cb.verbose, cb.gather_timeout, cb.autotune,
+        )  # fmt: skip
 
 
 class FitRun:
@@ -121,6 +135,11 @@ class FitRun:
         self.worker: ChildWorker | None = None  # the torch-free child: trace analysis, picture
         self.midrun_report: Report | None = None
         self.report: Report | None = None
+        self.autotune: Any = None  # live/autotune.py's Autotuner, with autotune=True only
+        if options.autotune:
+            from lightning_bottleneck.live.autotune import Autotuner
+
+            self.autotune = Autotuner(verbose=options.verbose)
 
     # ------------------------------------------------------------------ start and end
     def setup(self, trainer: pl.Trainer) -> None:
@@ -298,6 +317,17 @@ class FitRun:
         self.midrun_report = report
         if trainer.is_global_zero:
             self.publish(trainer, report)
+        if self.autotune is not None:  # the choice, and the switch where it can be made mid-epoch
+            self.autotune.midrun(self, trainer)
+
+    def epoch_start(self) -> None:
+        self.timer.epoch_start()
+        if self.autotune is not None:
+            self.autotune.epoch_start(self)
+
+    def epoch_end(self, trainer: pl.Trainer) -> None:
+        if self.autotune is not None:
+            self.autotune.epoch_end(self, trainer)
 
     def collect_analysis(self) -> None:
         analysis = self.analysis
@@ -403,6 +433,8 @@ class FitRun:
             self.notes += merged.notes
             ledgers = merged.ledgers
         self.report = self.verdict(trainer, summaries, sites, trace_files, ledgers)
+        if self.autotune is not None:
+            self.report.autotune = self.autotune.result(self)
         against_midrun(self.midrun_report, self.report)
         if trainer.is_global_zero:
             self.publish(trainer, self.report)

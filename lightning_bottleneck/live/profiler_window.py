@@ -340,7 +340,9 @@ def stands_down(callback: Any, trainer: Any, duplicates: bool = True) -> bool:
                 "BottleneckCallback: another BottleneckCallback in this Trainer runs the analysis (two in the "
                 f"code, or {ENV_VAR} with one in the code); this one stands down."
             )
-            first._note("A second BottleneckCallback in the Trainer stood down; this one ran the analysis.")
+            first._run.notes.append(
+                "A second BottleneckCallback in the Trainer stood down; this one ran the analysis."
+            )
             return True
     busy = profiler_in_use(scan=duplicates)  # the object scan at setup; train start: the cheap flags
     strategy = getattr(trainer, "strategy", None)

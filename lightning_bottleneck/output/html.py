@@ -158,6 +158,7 @@ def render_html(report: Report, phases: StepPhases | None = None, title: str | N
         "</div>",
         _evidence(report),
         _advice(report),
+        _autotune(report),
         _phase_table(phases),
         _ranks(report),
         _notes(report, phases),
@@ -281,6 +282,15 @@ def _advice(report: Report) -> str:
             + "</div>"
         )
     return f'<h2>Advice</h2><div class="card">{"".join(items)}</div>'
+
+
+def _autotune(report: Report) -> str:
+    """What ``autotune=True`` applied, when, what it measured, kept or undone (absent without autotune)."""
+    if report.autotune is None:
+        return ""
+    from lightning_bottleneck.output.autotune import autotune_line
+
+    return f'<h2>Autotune</h2><div class="card"><p>{escape(autotune_line(report.autotune))}</p></div>'
 
 
 def _phase_table(phases: StepPhases | None) -> str:

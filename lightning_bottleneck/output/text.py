@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from lightning_bottleneck.analysis.ledger import PART_LABELS
 from lightning_bottleneck.categories import Category, FitPart
+from lightning_bottleneck.output.autotune import autotune_line
 
 if TYPE_CHECKING:
     from lightning_bottleneck.report import Recommendation, Report
@@ -107,6 +108,8 @@ def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str
             lines.append(f"    {i}. {r.title}" + (f"  ({settings})" if settings else ""))
             if r.speedup_text:
                 lines.append(f"       {_saving(r)}")
+    if report.autotune is not None:
+        lines.append(f"  autotune: {autotune_line(report.autotune)}")
     if len(report.ranks) > 1:
         per_rank = ", ".join(f"rank {r.rank}: {r.primary.value}" for r in report.ranks)
         lines.append(f"  ranks: {per_rank}")
@@ -183,6 +186,8 @@ def render_markdown(report: Report) -> str:
                 out += [f"Settings: {settings}", ""]
             if r.snippet:
                 out += [*_fence(r.snippet), ""]
+    if report.autotune is not None:
+        out += ["### Autotune", "", _md_escape(autotune_line(report.autotune)), ""]
     if report.findings:
         out += ["### Evidence", "", "| severity | finding |", "|:---|:---|"]
         for f in report.findings:

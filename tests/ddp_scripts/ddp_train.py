@@ -4,6 +4,7 @@
     python tests/ddp_scripts/ddp_train.py OUT_DIR straggler   # only rank 1's dataset is slow
     python tests/ddp_scripts/ddp_train.py OUT_DIR spawn_straggler   # the same under strategy="ddp_spawn"
     python tests/ddp_scripts/ddp_train.py OUT_DIR midrun      # a longer run: the mid-run verdict on both ranks
+    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune    # autotune: rank zero's choice, applied on both ranks
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
 """
@@ -73,6 +74,18 @@ def main(out_dir: str, mode: str) -> None:
         model = Regressor(width=64, depth=1)
         data = SlowOnOneRank(slow_rank=1, delay_s=0.02)
         callback = BottleneckCallback(wait=1, warmup=1, active=3, verbose=True, gather_timeout=60)
+    elif mode == "autotune":  # only rank zero's chooser has a setting: rank 1 must get it from the broadcast
+        import lightning_bottleneck.live.autotune as live
+
+        rank = int(os.environ.get("LOCAL_RANK", "0"))
+        chosen = {"num_workers": 1, "persistent_workers": True} if rank == 0 else None
+        live.choose = lambda report, accelerator: (chosen, "")  # type: ignore[assignment]
+        model = Regressor(width=64, depth=1)
+        data = SlowOnOneRank(n=160)  # 20 steps an epoch on each rank
+        callback = BottleneckCallback(
+            wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
+            trial_budget_s=0, autotune=True,
+        )  # fmt: skip
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     trainer = pl.Trainer(
@@ -81,7 +94,8 @@ def main(out_dir: str, mode: str) -> None:
         strategy=DDPStrategy(find_unused_parameters=True)
         if mode == "comm"
         else ("ddp_spawn" if mode.startswith("spawn") else "ddp"),
-        max_steps=30 if mode == "midrun" else 8,
+        max_steps=30 if mode == "midrun" else 8 if mode != "autotune" else -1,
+        max_epochs=8 if mode == "autotune" else None,
         default_root_dir=out_dir,
         callbacks=[callback],
         logger=False,
@@ -90,6 +104,12 @@ def main(out_dir: str, mode: str) -> None:
         enable_checkpointing=False,
     )
     trainer.fit(model, DataLoader(data, batch_size=4))
+    if mode == "autotune":
+        import json
+
+        record = callback.report.autotune.to_dict() if callback.report and callback.report.autotune else {}
+        record["workers_now"] = trainer.train_dataloader.num_workers
+        print(f"RANK {trainer.global_rank} AUTOTUNE {json.dumps(record)}", flush=True)
     report = callback.report
     print(f"RANK {trainer.global_rank} REPORT {report.primary.value if report else None}", flush=True)
     if mode == "midrun":

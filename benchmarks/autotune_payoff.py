@@ -1,0 +1,201 @@
+"""Does ``BottleneckCallback(autotune=True)`` pay off? Issue 29's benchmark, beside the scoreboard.
+
+For each workload (``benchmarks/payoff_workloads.py``, trained for ``--epochs`` epochs, 8 by default), in separate
+processes:
+
+1. a sweep: the untouched fit and the fit started with each of the workload's candidate settings (no callback),
+   once each; the fastest is the *best* setting (the untouched fit when nothing beats it);
+2. ``--repeats`` rounds, interleaved: the untouched fit, the fit with the callback and ``autotune=False`` (what
+   the diagnosis itself costs), the autotuned fit (the callback with ``autotune=True``), the fit started with the
+   best setting (no callback); the median wall time of ``trainer.fit`` of each;
+3. a table: untouched, autotuned, best (seconds), the autotuned fit's speed-up over the untouched one, what
+   autotune did (kept / undone / not applied), and the goal: where loading is the bottleneck (the input
+   workloads) the autotuned fit recovers at least 80% of the time the best setting saves
+   (``untouched - autotuned >= 0.8 x (untouched - best)``); elsewhere it is never slower than 0.97x of the
+   untouched fit.
+
+    python benchmarks/autotune_payoff.py                                    # all (minutes)
+    python benchmarks/autotune_payoff.py --workloads io_wait --repeats 3
+    python benchmarks/autotune_payoff.py --json autotune.json
+
+The input workloads are seconds-long stand-ins for runs of minutes: the callback gets ``loader_budget_s``
+(``--loader-budget``, 1 s by default, what the automatic budget gives a 100-second fit); automatic budgets would
+skip the probe on a fit this short and apply nothing. The other workloads run with the automatic budgets, as a user
+would. Timings on a shared machine are noisy: read ratios near 1.0 as "no change".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from payoff_workloads import WORKLOADS, build  # noqa: E402
+
+#: Loading is the bottleneck: the recovery goal applies.
+INPUT_WORKLOADS = ("io_wait", "cpu_transform", "worker_restart")
+#: Loading is not the bottleneck: the not-slower goal applies.
+OTHER_WORKLOADS = ("in_memory", "tiny_linear", "wide_mlp")
+RECOVERY_MIN = 0.8
+NOT_SLOWER = 0.97
+
+
+def child(name: str, variant: str, settings: dict[str, Any], epochs: int, budget: float, out: Path) -> None:
+    """One fit in this process: ``untouched``, ``callback`` (autotune off), ``autotuned`` or ``settings``."""
+    warnings.filterwarnings("ignore")
+    import lightning.pytorch as pl
+
+    w = dataclasses.replace(WORKLOADS[name], epochs=epochs)
+    model, loader, trainer_kw, _ = build(w, settings if variant == "settings" else {})
+    callbacks: list[Any] = []
+    cb = None
+    if variant in ("autotuned", "callback"):
+        from lightning_bottleneck import BottleneckCallback
+
+        cb = BottleneckCallback(
+            report_path=str(out / "bottleneck_report.json"),
+            verbose=False,
+            loader_budget_s=budget if budget >= 0 else None,  # < 0: automatic
+            autotune=variant == "autotuned",
+        )
+        callbacks.append(cb)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=epochs,
+        default_root_dir=str(out),
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        **trainer_kw,
+    )
+    gc.collect()  # the first full collection (~0.3 s) before timing, as payoff_workloads.py does
+    t0 = time.perf_counter()
+    trainer.fit(model, loader)
+    fit_s = time.perf_counter() - t0
+    record = cb.report.autotune.to_dict() if cb is not None and cb.report and cb.report.autotune else None
+    (out / "result.json").write_text(json.dumps({"fit_s": fit_s, "autotune": record}), encoding="utf-8")
+
+
+def _fit(name: str, variant: str, settings: dict[str, Any], epochs: int, budget: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable, str(Path(__file__).resolve()), "--child", name, variant, json.dumps(settings),
+            str(epochs), str(budget), tmp,
+        ]  # fmt: skip
+        env = dict(os.environ, PL_DISABLE_FORK="1", PYTHONWARNINGS="ignore")
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env, check=False)
+        result = Path(tmp) / "result.json"
+        if proc.returncode != 0 or not result.is_file():
+            raise RuntimeError(f"{name} {variant} {settings} failed: {proc.stderr[-2000:]}")
+        return dict(json.loads(result.read_text()))
+
+
+def bench(name: str, epochs: int, repeats: int, budget: float) -> dict[str, Any]:
+    w = WORKLOADS[name]
+    sweep = {"{}": _fit(name, "settings", {}, epochs, budget)["fit_s"]}
+    for cand in w.candidates:
+        if any(k not in ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory") for k in cand):
+            continue  # autotune changes only the loader's workers: the best it could reach
+        sweep[json.dumps(cand)] = _fit(name, "settings", cand, epochs, budget)["fit_s"]
+    best_key = min(sweep, key=lambda k: sweep[k])
+    best = json.loads(best_key)
+    times: dict[str, list[float]] = {"untouched": [], "callback": [], "autotuned": [], "best": []}
+    records = []
+    for _ in range(repeats):
+        times["untouched"].append(_fit(name, "settings", {}, epochs, budget)["fit_s"])
+        times["callback"].append(_fit(name, "callback", {}, epochs, budget)["fit_s"])
+        r = _fit(name, "autotuned", {}, epochs, budget)
+        times["autotuned"].append(r["fit_s"])
+        records.append(r["autotune"])
+        times["best"].append(_fit(name, "settings", best, epochs, budget)["fit_s"])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    saved_best = med["untouched"] - med["best"]
+    recovery = (med["untouched"] - med["autotuned"]) / saved_best if saved_best > 0 else None
+    speedup = med["untouched"] / med["autotuned"]
+    against_callback = med["callback"] / med["autotuned"]
+    if name in INPUT_WORKLOADS:
+        goal = recovery is not None and recovery >= RECOVERY_MIN
+    else:
+        goal = speedup >= NOT_SLOWER
+    return {
+        "workload": name,
+        "epochs": epochs,
+        "sweep_s": sweep,
+        "best": best,
+        "times_s": times,
+        "median_s": med,
+        "speedup": speedup,
+        "speedup_vs_callback": against_callback,
+        "recovery": recovery,
+        "autotune": records,
+        "goal": goal,
+    }
+
+
+def _did(records: list[Any]) -> str:
+    out = []
+    for r in records:
+        if not r:
+            out.append("?")
+        elif r["status"] in ("kept", "undone", "applied"):
+            sp = f" {r['speedup']:.2f}x" if r.get("speedup") else ""
+            out.append(f"{r['status']} {', '.join(f'{k}={v}' for k, v in r['settings'].items())}{sp}")
+        else:
+            out.append("not applied")
+    return "; ".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default=",".join(INPUT_WORKLOADS + OTHER_WORKLOADS))
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--loader-budget", type=float, default=1.0)
+    p.add_argument("--json", default=None)
+    p.add_argument("--child", nargs=6, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        name, variant, settings, epochs, budget, out = a.child
+        child(name, variant, json.loads(settings), int(epochs), float(budget), Path(out))
+        return
+    rows = []
+    print(
+        "| workload | untouched s | callback s | autotuned s | best s (setting) | autotuned vs untouched "
+        "| vs callback | recovered | autotune did | goal |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in a.workloads.split(","):
+        r = bench(name, a.epochs, a.repeats, a.loader_budget if name in INPUT_WORKLOADS else -1.0)
+        rows.append(r)
+        m = r["median_s"]
+        best = ", ".join(f"{k}={v}" for k, v in r["best"].items()) or "untouched"
+        rec = f"{r['recovery']:.0%}" if r["recovery"] is not None else "-"
+        print(
+            f"| {name} | {m['untouched']:.2f} | {m['callback']:.2f} | {m['autotuned']:.2f} | {m['best']:.2f} ({best}) "
+            f"| {r['speedup']:.2f}x | {r['speedup_vs_callback']:.2f}x | {rec} | {_did(r['autotune'])} "
+            f"| {'yes' if r['goal'] else 'NO'} |",
+            flush=True,
+        )
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PL_DISABLE_FORK", "1")
+    main()

@@ -1,0 +1,112 @@
+"""What ``BottleneckCallback(autotune=True)`` did to the train DataLoader: the typed record on the report.
+
+Part of the report schema (pure data, no torch): the live side (:mod:`lightning_bottleneck.live.autotune`) fills
+it, the report carries it (``Report.autotune``, the ``"autotune"`` key of the JSON, present only when autotune
+was on), and the renderers print it (:func:`lightning_bottleneck.output.autotune.autotune_line`).
+
+Example::
+
+    record = report.autotune
+    record.status            # "kept" | "undone" | "applied" (the fit ended before the check) | "not_applied"
+    record.settings          # {"num_workers": 4, "persistent_workers": True}
+    record.speedup, record.speedup_interval
+    record.keep_line         # DataLoader(..., num_workers=4, persistent_workers=True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+KEPT, UNDONE, APPLIED, NOT_APPLIED = "kept", "undone", "applied", "not_applied"
+STATUSES = (KEPT, UNDONE, APPLIED, NOT_APPLIED)
+
+
+@dataclass
+class AutotuneRecord:
+    """One fit's autotune: what was applied to the train DataLoader(s), when, what it measured, the outcome.
+
+    ``step_ratio`` is the mean step time after the switch over the mean before (epoch-start waits included),
+    ``ratio_interval`` its bootstrap 95% interval; ``speedup`` is its inverse."""
+
+    status: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    previous: dict[str, Any] = field(default_factory=dict)
+    applied_at_step: int | None = None
+    applied_at_epoch: int | None = None  # the epoch of the switch (mid_epoch) or the first that ran with it
+    mid_epoch: bool = False  # switched within an epoch, the sampler's position kept
+    decided_at_step: int | None = None
+    undone_at_epoch: int | None = None  # the first epoch back on the previous settings
+    steps_before: int = 0
+    steps_after: int = 0
+    step_ratio: float | None = None
+    ratio_interval: tuple[float, float] | None = None
+    outcome: str | None = None  # compare's vocabulary: helped | hurt | no_change | inconclusive
+    loaders: int = 0  # train DataLoaders re-created (several under a CombinedLoader)
+    reason: str = ""  # why nothing was applied, or why it was undone, in one sentence
+    keep_line: str = ""  # the one line to put in the code to keep the setting without autotune
+
+    @property
+    def speedup(self) -> float | None:
+        return 1.0 / self.step_ratio if self.step_ratio else None
+
+    @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        if self.ratio_interval is None or min(self.ratio_interval) <= 0:
+            return None
+        lo, hi = self.ratio_interval
+        return 1.0 / hi, 1.0 / lo
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "settings": dict(self.settings),
+            "previous": dict(self.previous),
+            "applied_at_step": self.applied_at_step,
+            "applied_at_epoch": self.applied_at_epoch,
+            "mid_epoch": self.mid_epoch,
+            "decided_at_step": self.decided_at_step,
+            "undone_at_epoch": self.undone_at_epoch,
+            "steps_before": self.steps_before,
+            "steps_after": self.steps_after,
+            "step_ratio": None if self.step_ratio is None else round(self.step_ratio, 4),
+            "ratio_interval": None
+            if self.ratio_interval is None
+            else [round(x, 4) for x in self.ratio_interval],
+            "speedup": None if self.speedup is None else round(self.speedup, 3),
+            "speedup_interval": None
+            if self.speedup_interval is None
+            else [round(x, 3) for x in self.speedup_interval],
+            "outcome": self.outcome,
+            "loaders": self.loaders,
+            "reason": self.reason,
+            "keep_line": self.keep_line,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AutotuneRecord:
+        interval = d.get("ratio_interval")
+        return cls(
+            status=str(d.get("status", NOT_APPLIED)),
+            settings=dict(d.get("settings") or {}),
+            previous=dict(d.get("previous") or {}),
+            applied_at_step=_int(d.get("applied_at_step")),
+            applied_at_epoch=_int(d.get("applied_at_epoch")),
+            mid_epoch=bool(d.get("mid_epoch", False)),
+            decided_at_step=_int(d.get("decided_at_step")),
+            undone_at_epoch=_int(d.get("undone_at_epoch")),
+            steps_before=int(d.get("steps_before") or 0),
+            steps_after=int(d.get("steps_after") or 0),
+            step_ratio=None if d.get("step_ratio") is None else float(d["step_ratio"]),
+            ratio_interval=(float(interval[0]), float(interval[1]))
+            if isinstance(interval, (list, tuple)) and len(interval) == 2
+            else None,
+            outcome=d.get("outcome"),
+            loaders=int(d.get("loaders") or 0),
+            reason=str(d.get("reason") or ""),
+            keep_line=str(d.get("keep_line") or ""),
+        )
+
+
+def _int(x: Any) -> int | None:
+    return None if x is None else int(x)

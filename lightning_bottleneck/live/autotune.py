@@ -1,0 +1,308 @@
+"""``BottleneckCallback(autotune=True)``: apply the loader probe's measured DataLoader setting to the running fit,
+time it against the steps before, keep it only when faster beyond noise, else switch back.
+
+The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at the same epoch:
+
+1. *waiting*: once the mid-run verdict exists, global rank zero picks the setting
+   (:func:`~lightning_bottleneck.rules.autotune.choose`: the loader plan's measured advice, only
+   ``num_workers`` / ``persistent_workers`` / ``prefetch_factor`` / ``pin_memory`` on a GPU) and broadcasts it
+   through the strategy (``trainer.strategy.broadcast``); every rank re-creates its train DataLoader(s) with it
+   through Lightning's own machinery (``_get_dataloader_init_args_and_kwargs`` + ``_reinstantiate_wrapped_cls``:
+   the arguments the user's DataLoader was built with, captured by Lightning, with the same sampler object), and
+   puts them in the fit loop's ``CombinedLoader`` (``flattened``), so the next epoch iterates them. Every train
+   loader of a ``CombinedLoader`` gets the setting.
+2. *trial*: after at least :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps and one epoch,
+   rank zero compares the steps after with the steps before
+   (:func:`~lightning_bottleneck.rules.autotune.decide`, the noise-aware comparison of ``compare``) and
+   broadcasts keep or undo; undo puts the original loaders back and shuts down the workers autotune started.
+3. *done*.
+
+How the loaders are re-created with the same samples: :mod:`lightning_bottleneck.live.loader_switch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from statistics import median
+from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightning_bottleneck.advice.autotune import keep_line
+from lightning_bottleneck.autotune_record import APPLIED, KEPT, NOT_APPLIED, UNDONE, AutotuneRecord
+from lightning_bottleneck.live.loader_switch import (
+    can_switch_mid_epoch,
+    draws_every_epoch,
+    eligible,
+    epoch_batches,
+    loader_settings,
+    recreate,
+    rest_of_epoch,
+    shutdown_iterator,
+    shutdown_workers,
+)
+from lightning_bottleneck.output.autotune import autotune_line, settings_text
+from lightning_bottleneck.rules.autotune import MIN_CONFIRM_STEPS, MIN_EPOCHS_LEFT, choose, decide
+
+WAITING, TRIAL, DONE = "waiting", "trial", "done"
+
+
+class Autotuner:
+    """One fit's autotune (see the module docstring); driven by the callback's epoch hooks."""
+
+    def __init__(self, verbose: bool = True) -> None:
+        self.verbose = verbose
+        self.state = WAITING
+        self.record: AutotuneRecord | None = None
+        # the timed steps, one entry per epoch (split in two at a mid-epoch switch): (first step, other steps)
+        self.entries: list[tuple[float | None, list[float]]] = []
+        self.split = 0  # entries[split:] ran with the setting
+        self.one_off: set[int] = (
+            set()
+        )  # entries whose first step paid a start-up kept or left out (see _after)
+        self.ring_start = 0
+        self.starts_seen = 0
+        self.pending: tuple[dict[str, Any] | None, str] | None = None  # rank zero's choice, every rank
+        self.originals: list[Any] = []
+        self.replaced: list[Any] = []
+        self.rest_of_epoch: list[Any] = []  # iterators of the loaders that finish a switched epoch
+        self.switch_epoch: int | None = None
+        self.switch_steps = 0
+        self.before: list[float] = []
+
+    # ------------------------------------------------------------------ timing per epoch
+    def epoch_start(self, run: Any) -> None:
+        self.ring_start = run.timer.step_ms.n
+        self.starts_seen = len(run.timer.epoch_start_wait_ms)
+
+    def _epoch_steps(self, run: Any) -> tuple[float | None, list[float]]:
+        """This epoch's step times (profiled ones left out) and its first step (epoch-start wait + a median step)."""
+        ring = run.timer.step_ms
+        count = ring.n - self.ring_start
+        values = ring.last(count) if count > 0 else []
+        first_pos = ring.n - len(values)
+        window = run.window_ring
+        if window is not None:
+            lo, hi = window
+            values = [v for i, v in enumerate(values, start=first_pos) if not lo <= i < hi]
+        waits = run.timer.epoch_start_wait_ms
+        first = None
+        if len(waits) > self.starts_seen:
+            first = waits[self.starts_seen] + (median(values) if values else 0.0)
+        return first, values
+
+    # ------------------------------------------------------------------ the epoch end
+    def epoch_end(self, run: Any, trainer: Any) -> None:
+        """Time the epoch; apply, or judge, when due. A failure puts the user's loaders back and ends autotune
+        (one reason on the record); the callback and the fit go on."""
+        if self.state == DONE:
+            for it in self.rest_of_epoch:  # the loaders that finished a switched epoch: their workers go
+                shutdown_iterator(it)
+            self.rest_of_epoch = []
+            return
+        try:
+            self._epoch_end(run, trainer)
+        except Exception as err:
+            if self.state == TRIAL and self.originals:
+                with contextlib.suppress(Exception):
+                    trainer.fit_loop._combined_loader.flattened = list(self.originals)
+                for dl, original in zip(self.replaced, self.originals):
+                    if dl is not original:
+                        shutdown_workers(dl)
+            self.state = DONE
+            self.record = AutotuneRecord(
+                status=NOT_APPLIED, reason=f"autotune failed ({type(err).__name__}: {err})"
+            )
+
+    def _epoch_end(self, run: Any, trainer: Any) -> None:
+        self.entries.append(self._epoch_steps(run))
+        for it in self.rest_of_epoch:  # the loaders that finished the switched epoch: their workers go
+            shutdown_iterator(it)
+        self.rest_of_epoch = []
+        if self.state == WAITING and run.midrun_report is not None:
+            if self.pending is None:  # no choice at the mid-run verdict (it did not reach this object)
+                self.pending = self._agreed_choice(run, trainer)
+            self._apply(run, trainer, self.pending, mid_epoch=False)
+        elif self.state == TRIAL and run.timer.steps - self.switch_steps >= MIN_CONFIRM_STEPS:
+            self._decide(run, trainer)
+
+    def midrun(self, run: Any, trainer: Any) -> None:
+        """Right after the mid-run verdict (the same step on every rank): the choice, and, where the position in
+        the sampler can be kept exactly, the switch now; else at the next epoch boundary."""
+        if self.state != WAITING or self.pending is not None:
+            return
+        try:
+            self.pending = self._agreed_choice(run, trainer)
+            if self.pending[0] is not None and can_switch_mid_epoch(trainer, self.pending[0]):
+                self._apply(run, trainer, self.pending, mid_epoch=True)
+        except Exception as err:
+            self.state = DONE
+            self.record = AutotuneRecord(
+                status=NOT_APPLIED, reason=f"autotune failed ({type(err).__name__}: {err})"
+            )
+
+    def _agreed_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
+        payload: tuple[dict[str, Any] | None, str] = (None, "")
+        if trainer.is_global_zero:
+            try:  # never raise before the broadcast: the other ranks wait in it
+                payload = self._choose(run, trainer)
+            except Exception as err:
+                payload = (None, f"autotune could not choose ({type(err).__name__}: {err})")
+        if trainer.world_size > 1:
+            payload = trainer.strategy.broadcast(payload, src=0)
+        return payload
+
+    def _before(self) -> list[float]:
+        out: list[float] = []
+        for first, steps in self.entries[: self.split]:
+            out += ([first] if first is not None else []) + steps
+        return out
+
+    def _after(self) -> list[float]:
+        """The steps with the setting; a start-up paid once (persistent workers, the loader that finishes a
+        switched epoch) is left out: keeping the setting does not pay it again."""
+        out: list[float] = []
+        for i, (first, steps) in enumerate(self.entries[self.split :], start=self.split):
+            if first is not None and i not in self.one_off:
+                out.append(first)
+            out += steps[1:] if (first is None and i == self.split) else steps
+        return out
+
+    def _apply(
+        self, run: Any, trainer: Any, payload: tuple[dict[str, Any] | None, str], mid_epoch: bool
+    ) -> None:
+        settings, reason = payload
+        self.state = DONE
+        if settings is None:
+            self._not_applied(reason)
+            return
+        combined = trainer.fit_loop._combined_loader
+        originals = list(combined.flattened)
+        batches = epoch_batches(combined)
+        try:
+            replaced = [recreate(dl, settings) if eligible(dl, batches) else dl for dl in originals]
+            rest = []
+            if mid_epoch:
+                running = combined._iterator.iterators
+                for i, (dl, new) in enumerate(zip(originals, replaced)):
+                    if new is not dl:
+                        rest.append((i, iter(rest_of_epoch(dl, running[i], settings))))
+            combined.flattened = replaced
+        except Exception as err:
+            self._not_applied(
+                f"Lightning could not re-create the train DataLoader ({type(err).__name__}: {err})"
+            )
+            return
+        for i, it in rest:  # from the next batch on, the rest of this epoch's batches come from the workers
+            combined._iterator.iterators[i] = it
+        self.rest_of_epoch = [it for _, it in rest]
+        self.originals, self.replaced = originals, replaced
+        changed = [dl for dl, new in zip(originals, replaced) if new is not dl]
+        if mid_epoch:  # this epoch's steps so far are "before"; the rest is a new entry without a first step
+            self.entries.append(self._epoch_steps(run))
+            self.ring_start, self.starts_seen = run.timer.step_ms.n, len(run.timer.epoch_start_wait_ms) + 1
+        self.split = len(self.entries)
+        persistent = any(not draws_every_epoch(dl) for dl in replaced)
+        if persistent:  # the epoch that starts them pays their start-up once
+            self.one_off.add(self.split + (1 if mid_epoch else 0))
+        self.switch_epoch = trainer.current_epoch + (0 if mid_epoch else 1)
+        self.switch_steps = run.timer.steps
+        self.before = self._before()
+        config = run.config
+        self.record = AutotuneRecord(
+            status=APPLIED,
+            settings=dict(settings),
+            previous=loader_settings(changed[0], settings) if changed else {},
+            applied_at_step=run.timer.steps,
+            applied_at_epoch=self.switch_epoch,
+            mid_epoch=mid_epoch,
+            steps_before=len(self.before),
+            loaders=len(changed),
+            keep_line=keep_line(settings, config.batch_size if config is not None else None),
+        )
+        self.state = TRIAL
+        when = "mid-epoch, the sampler's position kept" if mid_epoch else f"from epoch {self.switch_epoch}"
+        self._say(
+            f"autotune applied {settings_text(settings)} to {len(changed)} train DataLoader(s) after step {run.timer.steps}"
+            f" ({when}); timing it against the {len(self.before)} steps before."
+        )
+
+    def _choose(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
+        if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
+            return None, "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
+        length = run.measured.run_length if run.measured is not None else None
+        epochs = length.epochs if length is not None else None
+        if epochs is not None:
+            left = epochs - (trainer.current_epoch + 1)
+            if left < MIN_EPOCHS_LEFT:
+                return None, (
+                    f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
+                    "a setting at an epoch boundary and check it"
+                )
+        combined = getattr(trainer.fit_loop, "_combined_loader", None)
+        loaders = list(combined.flattened) if combined is not None else []
+        if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):
+            return (
+                None,
+                "no train DataLoader autotune can re-create (map-style, workers not already persistent)",
+            )
+        accelerator = run.config.accelerator if run.config is not None else None
+        return choose(run.midrun_report, accelerator)
+
+    def _decide(self, run: Any, trainer: Any) -> None:
+        after = self._after()
+        decision = decide(self.before, after) if trainer.is_global_zero else None
+        if trainer.world_size > 1:
+            decision = trainer.strategy.broadcast(decision, src=0)
+        assert decision is not None and self.record is not None
+        self.state = DONE
+        record = self.record
+        record.decided_at_step = run.timer.steps
+        record.steps_after = len(after)
+        record.step_ratio, record.ratio_interval, record.outcome = (
+            decision.ratio,
+            decision.interval,
+            decision.outcome,
+        )
+        if decision.keep:
+            record.status = KEPT
+            self._say(f"autotune {autotune_line(record)}")
+            return
+        combined = trainer.fit_loop._combined_loader
+        combined.flattened = list(self.originals)
+        for dl, original in zip(self.replaced, self.originals):
+            if dl is not original:
+                shutdown_workers(dl)
+        for it in self.rest_of_epoch:
+            shutdown_iterator(it)
+        self.rest_of_epoch = []
+        record.status = UNDONE
+        record.undone_at_epoch = trainer.current_epoch + 1
+        record.reason = decision.reason
+        self._say(f"autotune {autotune_line(record)}")
+
+    # ------------------------------------------------------------------ the end of fit
+    def result(self, run: Any) -> AutotuneRecord:
+        """The record for the report: as decided, or what stands when the fit ended."""
+        if self.record is not None and self.state == TRIAL:
+            after = self._after()
+            interim = decide(self.before, after)
+            self.record.steps_after = len(after)
+            self.record.step_ratio, self.record.ratio_interval = interim.ratio, interim.interval
+            self.record.outcome = interim.outcome
+        if self.record is not None:
+            return self.record
+        why = (
+            "the fit ended before an epoch boundary after the mid-run verdict (autotune applies at epoch boundaries)"
+            if run.midrun_report is not None
+            else "no mid-run verdict was taken (the fit ended first)"
+        )
+        return AutotuneRecord(status=NOT_APPLIED, reason=why)
+
+    def _not_applied(self, reason: str) -> None:
+        self.record = AutotuneRecord(status=NOT_APPLIED, reason=reason)
+        self._say(f"autotune {autotune_line(self.record)}")
+
+    def _say(self, text: str) -> None:
+        if self.verbose:
+            rank_zero_info(f"lightning-bottleneck: {text}")

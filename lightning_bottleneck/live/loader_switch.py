@@ -1,0 +1,256 @@
+"""Re-creating a running fit's train DataLoader(s) with other worker settings, the samples kept exactly.
+
+The samples the model sees stay the same: the same dataset, sampler object, batch size, collate_fn,
+worker_init_fn, generator and drop_last. A DataLoader draws a base seed for its workers from its generator (or
+torch's global RNG) each time it creates an iterator, which a persistent iterator does only once: where the
+original loader re-created its iterator every epoch and the new one persists, and where workers exhaust the sampler
+that in-process loading leaves one step short of its end (or the other way round), the sampler is wrapped
+(:class:`SameDraws`) so that the generator advances exactly as before and a shuffling sampler draws the same
+order. A loader whose workers already persist is left alone (its iterator is re-used; a new loader would draw
+once more). Random augmentations inside workers draw from per-worker seeds, which depend on the worker count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+__all__ = [
+    "SameDraws",
+    "can_switch_mid_epoch",
+    "draws_every_epoch",
+    "eligible",
+    "epoch_batches",
+    "loader_settings",
+    "recreate",
+    "rest_of_epoch",
+    "shutdown_iterator",
+    "shutdown_workers",
+]
+
+
+class SameDraws(Sampler):
+    """The loader's own sampler, drawing from its generator exactly as it did under the previous setting.
+
+    Two things a worker setting changes about the draws, both undone here:
+
+    * ``DataLoader`` draws a base seed (``torch.empty((), dtype=torch.int64).random_(generator=loader.generator)``)
+      when it creates an iterator, which a persistent iterator does once: with ``reused_draw``, every iteration
+      after the first makes that draw first, as a new iterator would have.
+    * ``RandomSampler`` draws one more permutation when asked past its last index (the tail of its ``__iter__``).
+      Under Lightning's batch limit an in-process loader never asks (the epoch ends at its last batch), while
+      workers always do (the main process queues indices ahead until the sampler is exhausted). ``tail=True``
+      looks one index ahead, so the sampler is exhausted with its last index (the workers' draws, in-process);
+      ``tail=False`` stops after ``len(sampler)`` indices (the in-process draws, with workers).
+    """
+
+    def __init__(
+        self, sampler: Any, generator: torch.Generator | None, reused_draw: bool, tail: bool | None
+    ) -> None:
+        self.sampler = sampler
+        self.generator = generator
+        self.reused_draw = reused_draw
+        self.tail = tail
+        self.started = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self.started += 1
+        if self.reused_draw and self.started > 1:  # a re-used iterator: the draw a new one would have made
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        it = iter(self.sampler)
+        if self.tail is False:
+            for _, index in zip(range(len(self.sampler)), it):
+                yield index
+            return
+        if self.tail is True:
+            try:
+                current = next(it)
+            except StopIteration:
+                return
+            for following in it:
+                yield current
+                current = following
+            yield current
+            return
+        yield from it
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        set_epoch = getattr(self.sampler, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+
+def draws_every_epoch(dl: DataLoader) -> bool:
+    return not (dl.persistent_workers and dl.num_workers > 0)
+
+
+def loader_settings(dl: DataLoader, keys: Any) -> dict[str, Any]:
+    values = {
+        "num_workers": dl.num_workers,
+        "persistent_workers": dl.persistent_workers,
+        "prefetch_factor": dl.prefetch_factor,
+        "pin_memory": dl.pin_memory,
+    }
+    return {k: values[k] for k in keys if k in values}
+
+
+def recreate(dl: DataLoader, settings: dict[str, Any]) -> DataLoader:
+    """``dl`` re-instantiated by Lightning with ``settings`` in place of its worker arguments; the same dataset,
+    sampler object, batch size, collate_fn, worker_init_fn, generator and drop_last."""
+    from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _get_dataloader_init_args_and_kwargs
+
+    workers = int(settings.get("num_workers", dl.num_workers))
+    persistent = bool(settings.get("persistent_workers", dl.persistent_workers)) and workers > 0
+    prefetch = settings.get("prefetch_factor", dl.prefetch_factor if dl.num_workers > 0 else None)
+    wanted: dict[str, Any] = {
+        "num_workers": workers,
+        "persistent_workers": persistent,
+        "prefetch_factor": prefetch if workers > 0 else None,
+        "pin_memory": bool(settings.get("pin_memory", dl.pin_memory)),
+    }
+    if workers == 0 and dl.multiprocessing_context is not None:
+        wanted["multiprocessing_context"] = None  # torch refuses a context without workers
+    sampler: Any = dl.sampler
+    reused_draw = persistent and draws_every_epoch(dl)
+    tail = (
+        None
+        if (workers > 0) == (dl.num_workers > 0) or not hasattr(dl.sampler, "__len__")
+        else dl.num_workers > 0
+    )
+    if reused_draw or tail is not None:
+        sampler = SameDraws(dl.sampler, dl.generator, reused_draw, tail)
+    saved_args, kwargs = _get_dataloader_init_args_and_kwargs(dl, sampler, RunningStage.TRAINING)
+    arg_names = tuple(getattr(dl, "__pl_saved_arg_names", ()))
+    args = list(saved_args)
+    for name, value in wanted.items():
+        if name in arg_names and arg_names.index(name) < len(args):
+            args[arg_names.index(name)] = value
+        else:
+            kwargs[name] = value
+    new = _reinstantiate_wrapped_cls(dl, *args, **kwargs)
+    if (
+        new.worker_init_fn is not dl.worker_init_fn
+    ):  # one Lightning added after construction (seed_everything)
+        new.worker_init_fn = dl.worker_init_fn
+    return new
+
+
+class _Remaining(Sampler):
+    """The batches of index lists the running in-process iterator has not fetched yet: exactly ``left`` of them,
+    taken from its own batch sampler iterator (never asked one more time: that would run ``RandomSampler``'s tail
+    draw, which in-process loading under Lightning never does)."""
+
+    def __init__(self, batches: Iterator[Any], left: int) -> None:
+        self.batches = batches
+        self.left = left
+
+    def __iter__(self) -> Iterator[Any]:
+        for _ in range(self.left):
+            try:
+                yield next(self.batches)
+            except StopIteration:
+                return
+
+    def __len__(self) -> int:
+        return self.left
+
+
+def can_switch_mid_epoch(trainer: Any, settings: dict[str, Any]) -> bool:
+    """The running epoch's loaders that would change load in-process (no read-ahead: the position in the sampler
+    is the batches fetched) with automatic batching, and the fit loop's iterator holds their iterators."""
+    from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
+
+    combined = getattr(trainer.fit_loop, "_combined_loader", None)
+    running = getattr(getattr(combined, "_iterator", None), "iterators", None)
+    if combined is None or not running or len(running) != len(combined.flattened):
+        return False
+    if int(settings.get("num_workers", 0)) == 0:
+        return False  # nothing to gain before the next epoch from in-process loading
+    batches = epoch_batches(combined)
+    found = False
+    for dl, it in zip(combined.flattened, running):
+        if not eligible(dl, batches):
+            continue
+        if (
+            dl.num_workers != 0
+            or not isinstance(it, _SingleProcessDataLoaderIter)
+            or dl.batch_size is None
+            or set(getattr(dl, "__pl_saved_arg_names", ())) - {"dataset"}
+            or len(dl) - it._num_yielded < 1
+        ):
+            return False
+        found = True
+    return found
+
+
+def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> DataLoader:
+    """A loader for the rest of the running epoch with ``settings`` (non-persistent workers): Lightning's captured
+    arguments of ``dl`` with, as its batch sampler, the index batches ``running`` (in-process) has not fetched; its
+    workers' base seed comes from a generator of its own seeded with ``running``'s, so the user's generator (or
+    torch's global one) draws nothing the run without autotune would not."""
+    from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _get_dataloader_init_args_and_kwargs
+
+    left = len(dl) - running._num_yielded
+    args, kwargs = _get_dataloader_init_args_and_kwargs(dl, dl.sampler, RunningStage.TRAINING)
+    workers = int(settings.get("num_workers", dl.num_workers))
+    generator = torch.Generator()
+    generator.manual_seed(int(running._base_seed) & (2**63 - 1))
+    kwargs.update(
+        batch_sampler=_Remaining(running._sampler_iter, left), batch_size=1, shuffle=None, sampler=None,
+        drop_last=False, generator=generator, num_workers=workers, persistent_workers=False,
+        prefetch_factor=settings.get("prefetch_factor"), pin_memory=bool(settings.get("pin_memory", dl.pin_memory)),
+    )  # fmt: skip
+    new = _reinstantiate_wrapped_cls(dl, *args, **kwargs)
+    new.worker_init_fn = dl.worker_init_fn
+    return new
+
+
+def shutdown_iterator(it: Any) -> None:
+    with contextlib.suppress(Exception):
+        it._shutdown_workers()
+
+
+def shutdown_workers(dl: Any) -> None:
+    """Stop the workers of ``dl``'s persistent iterator, if any (best effort; never raises)."""
+    it = getattr(dl, "_iterator", None)
+    if it is None:
+        return
+    with contextlib.suppress(Exception):
+        it._shutdown_workers()
+    with contextlib.suppress(Exception):
+        dl._iterator = None
+
+
+def eligible(dl: Any, batches: int | None = None) -> bool:
+    """A map-style DataLoader whose workers do not already persist and that ends with the epoch: under a
+    ``CombinedLoader`` a shorter loader cycles (``max_size_cycle``) or a longer one is cut (``min_size``), and
+    how far such a loader runs its sampler depends on its workers, so it is left as it is."""
+    if not isinstance(dl, DataLoader) or isinstance(dl.dataset, IterableDataset) or not draws_every_epoch(dl):
+        return False
+    if batches is None:
+        return True
+    try:
+        return len(dl) == batches
+    except TypeError:
+        return False
+
+
+def epoch_batches(combined: Any) -> int | None:
+    """Batches per epoch of the fit loop's ``CombinedLoader`` (None: not sized)."""
+    try:
+        from lightning.pytorch.utilities.data import sized_len
+
+        return sized_len(combined)
+    except Exception:
+        return None

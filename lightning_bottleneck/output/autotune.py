@@ -1,0 +1,53 @@
+"""The words for autotune's record: one sentence for the terminal, TensorBoard and the HTML page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_bottleneck.autotune_record import APPLIED, KEPT, UNDONE, AutotuneRecord
+
+__all__ = ["autotune_line", "measured_text", "settings_text"]
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in settings.items())
+
+
+def measured_text(record: AutotuneRecord) -> str:
+    """``1.84x (95% interval 1.71x to 1.95x) over 40 steps after against 30 before``; empty when not measured."""
+    if record.speedup is None:
+        return ""
+    text = f"{record.speedup:.2f}x"
+    interval = record.speedup_interval
+    if interval is not None:
+        text += f" (95% interval {interval[0]:.2f}x to {interval[1]:.2f}x)"
+    return text + f" over {record.steps_after} steps after against {record.steps_before} before"
+
+
+def autotune_line(record: AutotuneRecord) -> str:
+    """One sentence: what autotune applied, at which step, what it measured, and whether it was kept."""
+    what = settings_text(record.settings)
+    where = (
+        f"at step {record.applied_at_step} ("
+        + ("mid-epoch " if record.mid_epoch else "")
+        + f"epoch {record.applied_at_epoch})"
+        if record.applied_at_step is not None
+        else ""
+    )
+    measured = measured_text(record)
+    if record.status == KEPT:
+        return f"applied {what} {where}: measured {measured}; kept. To keep it without autotune: {record.keep_line}"
+    if record.status == UNDONE:
+        return (
+            f"applied {what} {where}, switched back from epoch {record.undone_at_epoch}: "
+            + (f"measured {measured}; " if measured else "")
+            + (record.reason or "not faster beyond noise")
+            + "."
+        )
+    if record.status == APPLIED:
+        return (
+            f"applied {what} {where}; the fit ended before the check"
+            + (f" (so far {measured})" if measured else "")
+            + f". To keep it without autotune: {record.keep_line}"
+        )
+    return f"nothing applied: {record.reason or 'no measured DataLoader setting to apply'}"

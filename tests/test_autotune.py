@@ -1,0 +1,281 @@
+"""``BottleneckCallback(autotune=True)``: the measured DataLoader setting applied to the running fit, confirmed or
+undone, with the sequence of samples unchanged.
+
+Real tiny fits on CPU. The choice is forced (``choose`` patched) so that the tests do not depend on what the loader
+probe measures on a busy 2-core machine; the loading costs are sleeps, so the switch is 2x faster (kept) or several
+times slower (undone) whatever else runs on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.utilities.combined_loader import CombinedLoader
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from lightning_bottleneck import BottleneckCallback
+from lightning_bottleneck.advice.autotune import keep_line
+from lightning_bottleneck.autotune_record import KEPT, NOT_APPLIED, UNDONE, AutotuneRecord
+from lightning_bottleneck.categories import Category
+from lightning_bottleneck.output.autotune import autotune_line
+from lightning_bottleneck.output.html import render_html
+from lightning_bottleneck.output.text import render_markdown, render_text
+from lightning_bottleneck.report import Recommendation, Report
+from lightning_bottleneck.rules.autotune import MIN_CONFIRM_STEPS, choose, decide
+
+from conftest import quiet_trainer
+
+WORKERS = {"num_workers": 2, "persistent_workers": True}
+FAST = {"wait": 1, "warmup": 1, "active": 3, "verbose": False, "probe_loader": False, "trial_budget_s": 0}
+
+
+class Indexed(Dataset):
+    """Sample ``i`` is ``(x_i, y_i, i)``; it sleeps ``in_process_s`` when loaded in the training process and
+    ``in_worker_s`` when loaded in a DataLoader worker."""
+
+    def __init__(self, n: int = 80, in_process_s: float = 0.0, in_worker_s: float = 0.0) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = torch.randn(n, 1, generator=g)
+        self.in_process_s, self.in_worker_s = in_process_s, in_worker_s
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        delay = self.in_worker_s if get_worker_info() is not None else self.in_process_s
+        if delay:
+            time.sleep(delay)
+        return self.x[i], self.y[i], i
+
+
+class Seen(pl.LightningModule):
+    """Records the sample indices of every training batch, in order (a dict batch: each loader's, by key)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(8, 1)
+        self.seen: list[Any] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        parts = batch if isinstance(batch, dict) else {"": batch}
+        self.seen.append({k: v[2].tolist() for k, v in parts.items()})
+        loss = sum(nn.functional.mse_loss(self.net(v[0]), v[1]) for v in parts.values())
+        return loss  # type: ignore[return-value]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _loader(data: Dataset, seeded: bool) -> DataLoader:
+    generator = torch.Generator().manual_seed(7) if seeded else None
+    return DataLoader(data, batch_size=4, shuffle=True, generator=generator)
+
+
+class Data(pl.LightningDataModule):
+    def __init__(self, data: Dataset) -> None:
+        super().__init__()
+        self.data = data
+
+    def train_dataloader(self) -> DataLoader:
+        return _loader(self.data, seeded=True)
+
+
+@pytest.fixture
+def forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Autotune applies num_workers=2, persistent_workers=True, whatever the probe would have measured."""
+    import lightning_bottleneck.live.autotune as live
+
+    monkeypatch.setattr(live, "choose", lambda report, accelerator: (dict(WORKERS), ""))
+
+
+def _fit(
+    tmp_path: Path, autotune: bool, data: Any, epochs: int = 8
+) -> tuple[Seen, pl.Trainer, BottleneckCallback]:
+    torch.manual_seed(0)
+    model = Seen()
+    cb = BottleneckCallback(**FAST, autotune=autotune)
+    trainer = quiet_trainer(tmp_path / str(autotune), [cb], max_epochs=epochs)
+    if isinstance(data, pl.LightningDataModule):
+        trainer.fit(model, datamodule=data)
+    else:
+        trainer.fit(model, train_dataloaders=data() if callable(data) else data)
+    return model, trainer, cb
+
+
+# ---------------------------------------------------------------------------------------------- real fits
+@pytest.mark.parametrize(
+    "seeded, workers",
+    [(True, 0), (False, 0), (True, 1)],
+    ids=["in-process-own-generator", "in-process-global-rng", "one-worker-restarting"],
+)
+def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
+    tmp_path: Path, forced: None, seeded: bool, workers: int
+) -> None:
+    # 16 ms a batch in-process (or in one worker); two persistent workers load two batches at once
+    data = Indexed(in_process_s=0.004, in_worker_s=0.004)
+
+    def loader() -> DataLoader:
+        dl = _loader(data, seeded)
+        return DataLoader(data, batch_size=4, shuffle=True, generator=dl.generator, num_workers=workers)
+
+    plain, _, _ = _fit(tmp_path, False, loader)
+    tuned, trainer, cb = _fit(tmp_path, True, loader)
+    record = cb.report.autotune
+    assert record is not None and record.status == KEPT, record
+    assert record.settings == WORKERS and record.previous == {
+        "num_workers": workers,
+        "persistent_workers": False,
+    }
+    # in-process loading has no read-ahead: the switch is made mid-epoch, the sampler's position kept (unless the
+    # mid-run verdict came at an epoch's last batch); a loader with workers has indices queued ahead: at the next
+    # epoch boundary
+    steps_per_epoch = len(data) // 4
+    assert record.mid_epoch is (workers == 0 and record.applied_at_step % steps_per_epoch != 0), record
+    assert record.applied_at_step is not None and record.applied_at_epoch is not None
+    assert record.steps_after >= MIN_CONFIRM_STEPS - 1 and record.speedup and record.speedup > 1.2
+    assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
+    assert tuned.seen == plain.seen  # the exact sequence of sample indices, across the switch
+    assert "num_workers=2, persistent_workers=True" in record.keep_line
+    assert "autotune: applied num_workers=2" in render_text(cb.report)
+    assert json.loads(cb.report.to_json())["autotune"]["status"] == KEPT
+
+
+def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path, forced: None) -> None:
+    data = Indexed(in_process_s=0.003, in_worker_s=0.03)  # 12 ms a batch in-process, 120 ms in a worker
+    plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True))
+    tuned, trainer, cb = _fit(tmp_path, True, lambda: _loader(data, True))
+    record = cb.report.autotune
+    assert record is not None and record.status == UNDONE and record.mid_epoch, record
+    assert record.step_ratio is not None and record.step_ratio > 1.0 and record.undone_at_epoch is not None
+    loader = trainer.train_dataloader
+    assert loader.num_workers == 0 and not loader.persistent_workers  # the user's own loader is back
+    replaced = cb._run.autotune.replaced[0]
+    assert replaced is not loader and replaced._iterator is None  # its persistent workers were shut down
+    assert tuned.seen == plain.seen
+    assert "switched back" in autotune_line(record)
+
+
+def test_a_datamodule_and_a_combined_loader_are_switched(tmp_path: Path, forced: None) -> None:
+    data = Indexed(in_process_s=0.003)
+    _, trainer, cb = _fit(tmp_path, True, Data(data), epochs=8)
+    assert cb.report.autotune is not None and cb.report.autotune.status in (KEPT, UNDONE)
+    assert cb.report.autotune.applied_at_epoch is not None
+
+    def combined() -> CombinedLoader:
+        return CombinedLoader({"a": _loader(data, True), "b": _loader(Indexed(n=80), True)}, "max_size_cycle")
+
+    plain, _, _ = _fit(tmp_path / "c", False, combined, epochs=8)
+    tuned, trainer, cb = _fit(tmp_path / "c", True, combined, epochs=8)
+    record = cb.report.autotune
+    assert record is not None and record.loaders == 2 and record.applied_at_epoch is not None, record
+    if record.status == KEPT:
+        assert all(dl.num_workers == 2 for dl in trainer.fit_loop._combined_loader.flattened)
+    assert tuned.seen == plain.seen
+
+
+def test_default_reports_hold_no_autotune_and_a_short_fit_applies_nothing(tmp_path: Path) -> None:
+    _, trainer, cb = _fit(tmp_path, False, lambda: _loader(Indexed(), True), epochs=2)
+    assert cb.report.autotune is None and "autotune" not in cb.report.to_dict()
+    _, trainer, cb = _fit(tmp_path, True, lambda: _loader(Indexed(), True), epochs=2)
+    record = cb.report.autotune
+    assert record is not None and record.status == NOT_APPLIED and record.reason, record
+    assert trainer.train_dataloader.num_workers == 0
+
+
+# ---------------------------------------------------------------------------------------------- two ranks
+def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: Path) -> None:
+    script = Path(__file__).parent / "ddp_scripts" / "ddp_train.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "autotune"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RANK ") and " AUTOTUNE " in ln]
+    by_rank = {ln.split()[1]: json.loads(ln.split(" AUTOTUNE ", 1)[1]) for ln in lines}
+    assert set(by_rank) == {"0", "1"}, proc.stdout[-3000:]
+    zero, one = by_rank["0"], by_rank["1"]
+    # only rank zero's choice was given; rank 1 applied it from the broadcast, at the same step
+    assert zero["settings"] == one["settings"] == {"num_workers": 1, "persistent_workers": True}
+    assert zero["applied_at_step"] == one["applied_at_step"] is not None
+    assert zero["status"] == one["status"] and zero["status"] in (KEPT, UNDONE)
+    assert zero["workers_now"] == one["workers_now"]
+
+
+# ---------------------------------------------------------------------------------------------- pure parts
+def test_decide_keeps_only_what_is_faster_beyond_noise() -> None:
+    before = [10.0 + 0.1 * (i % 7) for i in range(40)]
+    assert decide(before, [x * 0.5 for x in before]).keep
+    slower = decide(before, [x * 1.5 for x in before])
+    assert not slower.keep and slower.outcome == "hurt"
+    same = decide(before, list(before))
+    assert not same.keep and same.outcome == "no_change"
+    assert not decide(before, [5.0]).keep  # too few steps: never kept
+
+
+def _input_advice(settings: dict[str, Any], measured: bool = True) -> Recommendation:
+    return Recommendation(
+        kind="input", title="Load batches in workers", detail="", settings=settings,
+        evidence={"ladder": []} if measured else {},
+    )  # fmt: skip
+
+
+def test_choose_takes_the_measured_loader_advice_and_only_loader_settings() -> None:
+    report = Report(Category.INPUT, 0.9, 10, 5, None, {})
+    report.recommendations = [
+        _input_advice({"num_workers": 8}, measured=False),
+        _input_advice({"num_workers": 4, "persistent_workers": True, "pin_memory": True, "batch_size": 64}),
+    ]
+    assert choose(report, "cpu") == ({"num_workers": 4, "persistent_workers": True}, "")
+    assert choose(report, "cuda")[0] == {"num_workers": 4, "persistent_workers": True, "pin_memory": True}
+    settings, why = choose(Report(Category.INPUT, 0.9, 10, 5, None, {}), "cpu")
+    assert settings is None and why
+
+
+def test_the_record_round_trips_and_renders_everywhere() -> None:
+    record = AutotuneRecord(
+        status=KEPT, settings=dict(WORKERS), previous={"num_workers": 0}, applied_at_step=20, applied_at_epoch=2,
+        steps_before=30, steps_after=25, step_ratio=0.5, ratio_interval=(0.45, 0.55), outcome="helped",
+        loaders=1, keep_line=keep_line(WORKERS, 4),
+    )  # fmt: skip
+    report = Report(Category.INPUT, 0.9, 10, 5, None, {}, autotune=record)
+    again = Report.from_dict(json.loads(report.to_json()))
+    assert again.autotune == record
+    line = autotune_line(record)
+    assert "at step 20" in line and "2.00x" in line and "1.82x to 2.22x" in line and "kept" in line
+    assert "DataLoader(dataset, batch_size=4, ..., num_workers=2, persistent_workers=True)" in line
+    assert "autotune: applied" in render_text(report)
+    assert "### Autotune" in render_markdown(report)
+    assert "<h2>Autotune</h2>" in render_html(report)
+
+
+def test_the_option_is_validated_and_flows_from_the_environment_and_the_cli(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(MisconfigurationException, match=r"`autotune`.*True or False.*'yes'"):
+        BottleneckCallback(autotune="yes")  # type: ignore[arg-type]
+    from lightning_bottleneck.live.autoload import callbacks_from_env
+
+    monkeypatch.setenv("LIGHTNING_BOTTLENECK", "autotune=true")
+    (cb,) = callbacks_from_env()
+    assert cb.autotune is True
+    from lightning_bottleneck.cli import RUN_SWITCHES, build_parser
+
+    assert RUN_SWITCHES[-1][:3] == ("--autotune", "autotune", True)
+    args = build_parser().parse_args(["run", "--autotune", "train.py"])
+    assert args.autotune is True
