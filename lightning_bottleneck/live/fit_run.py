@@ -491,8 +491,8 @@ class FitRun:
         )
         publish_scalars(trainer, report)
         self.join_picture()
-        # the image again at the end of fit only when the verdict or the first advice changed (~0.2 s), and
-        # none without a profiled window (no per-step bars: the fit would wait ~1 s at its end for matplotlib
+        # the image again at the end of fit only when the verdict or the first advice changed (~0.05 s), and
+        # none without a profiled window (no per-step bars: the fit would wait at its end for the child
         # to draw the text that TensorBoard's Text tab and the HTML page already hold)
         image = picture_changed(self.midrun_report, report) and self.phases is not None
         self.picture = publish_picture(

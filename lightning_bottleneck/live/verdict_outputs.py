@@ -74,7 +74,7 @@ def publish_picture(
 ) -> threading.Thread:
     """``bottleneck_report.html`` beside the JSON report and (``image``) the PNG in the TensorBoard logger's
     Images tab, drawn by a torch-free child process (:mod:`~lightning_bottleneck.output.child_process`:
-    matplotlib takes ~0.2 s of GIL a picture, which would stall training steps) that a daemon thread
+    drawing takes ~0.05 s of GIL a picture, which would stall training steps) that a daemon thread
     waits for; the thread only hands the finished PNG to TensorBoard's writer (thread-safe). If the child
     fails, the thread draws in-process, with a note. ``worker``: the fit's warm child (without one, a
     child of its own). The caller joins the thread before the next picture and at teardown. A failure is

@@ -1,7 +1,7 @@
 """The torch-free child process that does the callback's heavy work off the training process.
 
-Reading and analysing the profiling window's trace (~0.1-1 s of numpy and JSON) and drawing the picture
-(matplotlib, ~0.2 s) hold the GIL; done in a thread of the training process they stall the training
+Reading and analysing the profiling window's trace (~0.03-0.3 s of numpy and JSON) and drawing the
+picture (Pillow, ~0.05 s) hold the GIL; done in a thread of the training process they stall the training
 steps after the window. The live callback runs them here instead, in a child started as
 ``python -m lightning_bottleneck.output.child_process`` (a pure module: the child never imports torch or
 lightning, so it starts in ~0.2 s), at a lower scheduling priority. It answers requests one after the
@@ -46,8 +46,6 @@ __all__ = ["NICE_INCREMENT", "analyse_trace_file", "handle", "main", "render_pic
 NICE_INCREMENT = 5
 _FORBIDDEN = ("torch", "lightning", "pytorch_lightning")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_MPL_SET_DOC = "_update_set_signature_and_docstring"  # matplotlib's per-Artist docstring builder
-_IN_CHILD = False  # set by main(): this interpreter is the child, not a process that imported this module
 
 
 def analyse_trace_file(path: str | Path, rank: int) -> tuple[TraceSummary, StepPhases | None]:
@@ -74,9 +72,6 @@ def analyse_trace_file(path: str | Path, rank: int) -> tuple[TraceSummary, StepP
 def render_picture(request: dict[str, Any]) -> dict[str, Any]:
     """The HTML page written beside the report (``out_dir``) and the PNG as bytes (``image``)."""
     from lightning_bottleneck.output.image import MISSING_NOTE, image_available, render_png
-
-    if request.get("image") and _IN_CHILD:
-        _import_matplotlib_lean()
     from lightning_bottleneck.output.picture import HTML_FILENAME, write_html
 
     report = request["report"]
@@ -136,8 +131,6 @@ class _NoFrameworks(importlib.abc.MetaPathFinder):
 
 
 def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
-    global _IN_CHILD
-    _IN_CHILD = True
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing printed by a library may corrupt the pickled answer
@@ -166,35 +159,6 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
         stdout.flush()
         if failed is not None:
             return 2
-
-
-def _import_matplotlib_lean() -> None:
-    """Import what the picture needs from matplotlib without building the ``Artist.set`` docstrings.
-
-    matplotlib writes a docstring listing every property of every Artist subclass as it defines them
-    (``artist.kwdoc``, ``Artist._update_set_signature_and_docstring``): ~0.1 s of the ~0.35 s its import
-    costs, for help texts this process never shows. Only in this child (it draws and exits; nothing else
-    reads matplotlib's docstrings here), only if matplotlib is not imported yet, and the originals are put
-    back after the import; any surprise (another matplotlib version) falls back to the plain import."""
-    if "matplotlib.figure" in sys.modules:
-        return
-    try:
-        import matplotlib.artist as artist
-
-        update = artist.Artist.__dict__[_MPL_SET_DOC]
-        kwdoc = artist.kwdoc
-    except Exception:
-        return
-    try:
-        setattr(artist.Artist, _MPL_SET_DOC, classmethod(lambda cls: None))
-        setattr(artist, "kwdoc", lambda _artist: "")  # noqa: B010 - mypy: a module attribute replaced
-        import matplotlib.figure  # noqa: F401
-        from matplotlib.backends import backend_agg  # noqa: F401
-    except Exception:
-        pass  # the picture's own import will say what is wrong
-    finally:
-        setattr(artist.Artist, _MPL_SET_DOC, update)
-        setattr(artist, "kwdoc", kwdoc)  # noqa: B010
 
 
 def _warm_up() -> None:
