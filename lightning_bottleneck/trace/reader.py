@@ -21,11 +21,9 @@ absurdly long durations) are dropped and counted; when they are most of the file
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,6 +33,7 @@ import numpy as np
 from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.trace.columns import MAX_DEVICE_ID, MAX_DURATION, MAX_TIMESTAMP, Columns
 from lightning_bottleneck.trace.files import (
+    GZIP_ERRORS,
     MAX_GZIP_LAYERS,
     SNIFF_BYTES,
     TRACE_SUFFIXES,
@@ -110,7 +109,7 @@ def load_trace(path: str | Path) -> Trace:
             trace = _TraceParser(path, text).parse()
     except TraceError:
         raise
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+    except GZIP_ERRORS as exc:
         raise TraceError(path, f"truncated or corrupt gzip file ({exc})") from None
     except UnicodeDecodeError:
         raise TraceError(path, "not a text (UTF-8 JSON) file") from None
