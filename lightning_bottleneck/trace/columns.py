@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from array import array
+from collections import defaultdict
 from collections.abc import Sequence
 from itertools import compress
 from operator import attrgetter
@@ -49,8 +50,8 @@ class Columns:
         self.external_id = array("q")
         self.stream = array("q")
         self.device = array("q")
-        self.names: dict[str, int] = {}
-        self.threads: dict[tuple[Any, Any], int] = {}
+        self.names: dict[str, int] = _id_table()
+        self.threads: dict[tuple[Any, Any], int] = _id_table()
         self.invalid_timing = 0  # complete events dropped for timing that cannot be real
         self.nonzero_duration = False
 
@@ -170,12 +171,17 @@ _CORRELATION, _EXTERNAL_ID, _EXTERNAL_ID_LOWER, _STREAM, _DEVICE = (
 )
 
 
+def _id_table() -> defaultdict[Any, int]:
+    """A value -> id table in which a value not seen yet gets the next id when looked up (its factory is the
+    table's own ``__len__``: no Python code runs per lookup, new or not)."""
+    table: defaultdict[Any, int] = defaultdict()
+    table.default_factory = table.__len__
+    return table
+
+
 def _intern(table: dict[Any, int], values: list[Any]) -> list[int]:
-    """Ids of ``values`` in ``table``, new ones numbered in order of first appearance (C-level loops; the
-    same ids as ``[table.setdefault(v, len(table)) for v in values]``)."""
-    for value in dict.fromkeys(values):
-        if value not in table:
-            table[value] = len(table)
+    """Ids of ``values`` in ``table`` (an :func:`_id_table`), new ones numbered in order of first appearance:
+    the same ids as ``[table.setdefault(v, len(table)) for v in values]``, in one C-level pass."""
     return list(map(table.__getitem__, values))
 
 
