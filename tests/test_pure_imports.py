@@ -281,3 +281,16 @@ def test_the_blocker_does_block() -> None:
     )
     failed = json.loads(out.stdout.strip().splitlines()[-1])
     assert "blocked import of" in failed["lightning_bottleneck.live.callback"]
+
+
+#: One idea per file (issue 27): no module over this many lines; the callback's hooks only delegate.
+MAX_MODULE_LINES = 500
+MAX_CALLBACK_LINES = 350
+
+
+def test_modules_stay_small_and_the_callback_thin() -> None:
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in ROOT.rglob("*.py")}
+    assert len(sizes) > 50  # the walk found the package
+    too_big = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not too_big, f"split these along their seams (at most {MAX_MODULE_LINES} lines): {too_big}"
+    assert sizes["live/callback.py"] < MAX_CALLBACK_LINES

@@ -18,10 +18,11 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from lightning_bottleneck.live.fit_run import FitRun, RunOptions
+from lightning_bottleneck.live.fit_run import FitRun
 from lightning_bottleneck.live.options import check_bool, check_int, check_path, check_seconds, check_timeout
 from lightning_bottleneck.live.phase_hooks import AUTOTUNE_HOOKS, REMOVABLE_HOOKS, set_hooks, set_phase_hooks
 from lightning_bottleneck.live.profiler_window import stands_down
+from lightning_bottleneck.live.run_options import RunOptions
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import PHASE_BACKWARD, PHASE_TRAINING_STEP, PHASE_VALIDATION
 

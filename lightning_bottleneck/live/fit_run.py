@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,10 @@ from lightning_bottleneck.live.distributed import RankGather, merge_rank_summari
 from lightning_bottleneck.live.ledger import LiveLedger
 from lightning_bottleneck.live.offload import ChildWorker
 from lightning_bottleneck.live.phase_hooks import set_phase_hooks
-from lightning_bottleneck.live.profiler_window import ProfilerWindow, WindowOptions, worker_name
+from lightning_bottleneck.live.profiler_window import ProfilerWindow, worker_name
 from lightning_bottleneck.live.publishing import exit_note, publish
 from lightning_bottleneck.live.run_inspection import memory_stats
+from lightning_bottleneck.live.run_options import RunOptions
 from lightning_bottleneck.live.timing import StepTimer
 from lightning_bottleneck.live.verdict_cycle import (
     against_midrun,
@@ -45,7 +45,7 @@ from lightning_bottleneck.live.verdict_outputs import publish_picture, publish_s
 from lightning_bottleneck.live.window_analysis import WindowAnalysis, analyse_trace_file
 from lightning_bottleneck.measure.contention import take_snapshot
 from lightning_bottleneck.measure.memory_trend import MemorySampler
-from lightning_bottleneck.measure.stage import MeasureOptions, measure, window_check
+from lightning_bottleneck.measure.stage import measure, window_check
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
@@ -61,35 +61,6 @@ MIDRUN_DELAY_STEPS = 10
 #: Seconds the end of fit / teardown waits for a still-running analysis thread before giving up on it.
 JOIN_TIMEOUT_S = 120.0
 NEVER = 2**62
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The callback's options one fit needs (validated by the callback)."""
-
-    window: WindowOptions
-    measure: MeasureOptions
-    track_syncs: bool = True
-    log_every_n_steps: int | None = None
-    output_dir: str | None = None
-    report_path: str | None = None
-    baseline: str | None = None
-    verbose: bool = True
-    gather_timeout: float = 120.0
-    autotune: bool = False
-
-    @classmethod
-    def of(cls, cb: Any) -> RunOptions:
-        """The options of a ``BottleneckCallback`` (its validated attributes)."""
-        window = WindowOptions(
-            cb.skip_first, cb.wait, cb.warmup, cb.active, cb.repeat,
-            cb.record_shapes, cb.profile_memory, cb.with_stack,
-        )  # fmt: skip
-        budgets = MeasureOptions(cb.probe_loader, cb.loader_budget_s, cb.trial_budget_s, cb.compile_budget_s)
-        return cls(
-            window, budgets, cb.track_syncs, cb.log_every_n_steps, cb.output_dir, cb.report_path,
-            cb.baseline, cb.verbose, cb.gather_timeout, cb.autotune,
-        )  # fmt: skip
 
 
 class FitRun:
