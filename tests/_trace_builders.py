@@ -87,3 +87,19 @@ def cpu_training_events(
         x("cpu_op", "aten::addmm", t0 + 450, 900)
         x("cpu_op", "aten::add_", t0 + 1400, 200)
     return ev
+
+
+def tricky_events(
+    repeat: int, name_tail: str = "", args_every: int = 5, more_args: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Events whose strings hold the characters the reader's slicer cuts at: every third name ends in
+    ``}, {"ph": "X"}, ] ,`` (+ ``name_tail``), every ``args_every``-th event's args hold a nested ``"},"``."""
+    events = gpu_training_events() * repeat
+    for i, e in enumerate(events):
+        e = dict(e)
+        if i % 3 == 0:
+            e["name"] = e["name"] + ' }, {"ph": "X"}, ] ,' + name_tail
+        if i % args_every == 0:
+            e["args"] = {**e.get("args", {}), "Input Dims": [[1, 2], [3, {"a": "},"}]], **(more_args or {})}
+        events[i] = e
+    return events

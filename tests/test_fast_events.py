@@ -28,7 +28,7 @@ from lightning_bottleneck.trace.fast_events import decode_events
 from lightning_bottleneck.trace.model import Trace
 from lightning_bottleneck.trace.reader import load_trace
 
-from _trace_builders import NEW, OLD, cpu_training_events, gpu_training_events, write_trace
+from _trace_builders import NEW, OLD, cpu_training_events, gpu_training_events, tricky_events, write_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 COLUMNS = ("kind", "name", "thread", "ts", "dur", "correlation", "external_id", "stream", "device")
@@ -82,14 +82,7 @@ def test_shared_traces_identical_with_both_decoders(name: str, monkeypatch: pyte
 
 
 def _tests_traces(tmp: Path) -> list[Path]:
-    tricky = gpu_training_events() * 30
-    for i, e in enumerate(tricky):
-        e = dict(e)
-        if i % 3 == 0:
-            e["name"] = e["name"] + ' }, {"ph": "X"}, ] , é ✓'
-        if i % 4 == 0:
-            e["args"] = {**e.get("args", {}), "Input Dims": [[1, 2], [3, {"a": "},"}]], "stream": 7}
-        tricky[i] = e
+    tricky = tricky_events(30, name_tail=" é ✓", args_every=4, more_args={"stream": 7})
     return [
         write_trace(tmp / "new.json", gpu_training_events(NEW) * 40),
         write_trace(tmp / "old.json.gz", gpu_training_events(OLD) * 40, gz=True),

@@ -15,7 +15,7 @@ from lightning_bottleneck.trace import reader
 from lightning_bottleneck.trace.model import EventKind
 from lightning_bottleneck.trace.reader import find_trace_files, load_trace
 
-from _trace_builders import NEW, OLD, gpu_training_events, write_trace
+from _trace_builders import NEW, OLD, gpu_training_events, tricky_events, write_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
@@ -160,25 +160,12 @@ def test_shared_ranks_and_devices() -> None:
 # ---- bounded and linear whatever the input (the bad-input issue) -------------------------------------
 
 
-def _tricky_events() -> list[dict]:
-    """Events whose strings hold the characters the slicer cuts at."""
-    events = gpu_training_events() * 20
-    for i, e in enumerate(events):
-        e = dict(e)
-        if i % 3 == 0:
-            e["name"] = e["name"] + ' }, {"ph": "X"}, ] ,'
-        if i % 5 == 0:
-            e["args"] = {**e.get("args", {}), "Input Dims": [[1, 2], [3, {"a": "},"}]]}
-        events[i] = e
-    return events
-
-
 @pytest.mark.parametrize("sep", [",", " ,", " , ", ",\n", "\n,\n\t", "   ,"])
 @pytest.mark.parametrize("chunk", [97, 1 << 20])
 def test_any_spacing_and_tricky_strings_match_json_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sep: str, chunk: int
 ) -> None:
-    events = _tricky_events()
+    events = tricky_events(20)
     path = tmp_path / "t.json"
     path.write_text('{"traceEvents": [' + sep.join(json.dumps(e) for e in events) + "]}")
     monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)
