@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import lightning_bottleneck.thresholds as thresholds
+from lightning_bottleneck.advice.autotune import settled_note
 from lightning_bottleneck.advice.recommend import advise
 from lightning_bottleneck.advice.sync import sync_site_recommendations
 from lightning_bottleneck.analysis.breakdown import breakdown_from_summary, breakdown_from_timing
@@ -19,6 +20,7 @@ from lightning_bottleneck.analysis.summary import LEGACY_EXTRA_KEYS, TraceSummar
 from lightning_bottleneck.categories import Category, FindingKind, Share
 from lightning_bottleneck.evidence import Evidence
 from lightning_bottleneck.report import Finding, RankSummary, Recommendation, Report, StepTime, ledger_cause
+from lightning_bottleneck.rules.autotune import settled
 from lightning_bottleneck.rules.communication import with_communication_evidence
 from lightning_bottleneck.rules.fit import fit_findings
 from lightning_bottleneck.rules.memory_creep import memory_creep_findings
@@ -101,6 +103,11 @@ def diagnose(evidence: Evidence) -> Report:
     if summary is not None and summary.step_source != "ProfilerStep":
         notes.append(f"Steps: {summary.step_source}")
     notes += job.notes
+    if evidence.autotune is not None:  # what the run's own switch answered is not advised again
+        kept = [r for r in job.recommendations if not settled(evidence.autotune, r)]
+        if len(kept) < len(job.recommendations):
+            notes.append(settled_note(evidence.autotune, len(job.recommendations) - len(kept)))
+            job.recommendations = kept
 
     doubt = next((s.timing_doubt for s in evidence.summaries if s.timing_doubt), None)
     if doubt is not None:  # implausible timing of unknown unit: no verdict, no advice resting on it
@@ -132,6 +139,7 @@ def diagnose(evidence: Evidence) -> Report:
         trace_files=list(evidence.trace_files),
         notes=notes,
         metrics=metrics,
+        autotune=evidence.autotune,
     )
     if evidence.ledger is not None:  # the whole fit by part, and the part a rest-of-fit verdict blames
         cause = ledger_cause(report, evidence.ledger)

@@ -32,7 +32,7 @@ from lightning_bottleneck.output.autotune import autotune_line
 from lightning_bottleneck.output.html import render_html
 from lightning_bottleneck.output.text import render_markdown, render_text
 from lightning_bottleneck.report import Recommendation, Report
-from lightning_bottleneck.rules.autotune import MIN_CONFIRM_STEPS, choose, decide
+from lightning_bottleneck.rules.autotune import MIN_CONFIRM_STEPS, choose, decide, settled
 
 from conftest import quiet_trainer
 
@@ -150,6 +150,9 @@ def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
     assert "num_workers=2, persistent_workers=True" in record.keep_line
     assert "autotune: applied num_workers=2" in render_text(cb.report)
     assert json.loads(cb.report.to_json())["autotune"]["status"] == KEPT
+    # the loader advice measured before the switch is not given again at the end of fit
+    assert _loader_advice(cb.midrun_report), cb.midrun_report.recommendations  # the mid-run verdict gave some
+    assert not _loader_advice(cb.report) and any("DataLoader advice left out" in n for n in cb.report.notes)
 
 
 def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path, forced: None) -> None:
@@ -207,7 +210,8 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RANK ") and " AUTOTUNE " in ln]
-    by_rank = {ln.split()[1]: json.loads(ln.split(" AUTOTUNE ", 1)[1]) for ln in lines}
+    # raw_decode: the two ranks share one pipe, and another line may land right after a record
+    by_rank = {ln.split()[1]: json.JSONDecoder().raw_decode(ln.split(" AUTOTUNE ", 1)[1])[0] for ln in lines}
     assert set(by_rank) == {"0", "1"}, proc.stdout[-3000:]
     zero, one = by_rank["0"], by_rank["1"]
     # only rank zero's choice was given; rank 1 applied it from the broadcast, at the same step
@@ -233,6 +237,29 @@ def _input_advice(settings: dict[str, Any], measured: bool = True) -> Recommenda
         kind="input", title="Load batches in workers", detail="", settings=settings,
         evidence={"ladder": []} if measured else {},
     )  # fmt: skip
+
+
+def _loader_advice(report: Report) -> list[Recommendation]:
+    """Advice to change the train DataLoader's worker settings."""
+    keys = {"num_workers", "persistent_workers", "prefetch_factor", "pin_memory"}
+    return [r for r in report.recommendations if r.kind == Category.INPUT and keys & set(r.settings)]
+
+
+def test_what_the_switch_settled_is_not_advised_again() -> None:
+    switched = {"num_workers": 2, "persistent_workers": True}
+    same = _input_advice({**switched, "prefetch_factor": 4})
+    other = _input_advice({"num_workers": 4, "persistent_workers": True}, measured=False)
+    unrelated = Recommendation(kind="rest_of_fit", title="Log less often", detail="", settings={"x": 1})
+    kept = AutotuneRecord(status=KEPT, settings=dict(switched))
+    undone = AutotuneRecord(status=UNDONE, settings={**switched, "prefetch_factor": 4}, reason="slower")
+    nothing = AutotuneRecord(status=NOT_APPLIED)
+    val_loader = _input_advice({"num_workers": 2})
+    val_loader.where = "val DataLoader"
+    cheaper = Recommendation(kind="input", title="Make each sample cheaper to produce", detail="")
+    cases = (same, other, unrelated, val_loader, cheaper)
+    assert [settled(kept, r) for r in cases] == [True, True, False, False, False]
+    assert [settled(undone, r) for r in cases] == [True, False, False, False, False]
+    assert not any(settled(nothing, r) for r in cases)
 
 
 def test_choose_takes_the_measured_loader_advice_and_only_loader_settings() -> None:

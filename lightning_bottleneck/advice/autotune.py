@@ -1,10 +1,12 @@
-"""The line a user puts in their code to keep what autotune applied, without autotune."""
+"""Autotune in the advice: the line that keeps its setting without autotune, and why loader advice it settled is left out."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["keep_line"]
+from lightning_bottleneck.autotune_record import UNDONE, AutotuneRecord
+
+__all__ = ["keep_line", "settled_note"]
 
 
 def keep_line(settings: dict[str, Any], batch_size: int | None = None) -> str:
@@ -13,3 +15,17 @@ def keep_line(settings: dict[str, Any], batch_size: int | None = None) -> str:
     args = ["dataset"] + ([f"batch_size={batch_size}"] if batch_size else []) + ["..."]
     args += [f"{k}={v!r}" for k, v in settings.items()]
     return f"DataLoader({', '.join(args)})"
+
+
+def settled_note(record: AutotuneRecord, left_out: int) -> str:
+    """The note saying which DataLoader advice autotune's switch settled (``left_out`` recommendations)."""
+    what = ", ".join(f"{k}={v!r}" for k, v in record.settings.items())
+    if record.status == UNDONE:
+        return (
+            f"Not advised: {what}. Autotune applied it on this run and switched back "
+            f"({record.reason or 'not faster beyond noise'})."
+        )
+    return (
+        f"{left_out} DataLoader advice left out: autotune applied {what} on this run "
+        f"({record.status}); the verdict and the loader probe describe the steps before that switch."
+    )

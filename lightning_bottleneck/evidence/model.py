@@ -14,6 +14,7 @@ import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.ledger import FitLedger
 from lightning_bottleneck.analysis.representative import WindowCheck
 from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.autotune_record import AutotuneRecord
 from lightning_bottleneck.evidence.contention import Contention
 from lightning_bottleneck.evidence.fit_probes import FitProbes
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
@@ -185,6 +186,7 @@ class Evidence:
     fit_probes: FitProbes | None = (
         None  # measure/stage.py: the val loader's ladder, the callbacks' frequency args
     )
+    autotune: AutotuneRecord | None = None  # what autotune=True did to the train DataLoader (end of fit only)
 
     @property
     def back_to_back_step_ms(self) -> float | None:

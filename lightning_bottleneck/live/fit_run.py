@@ -20,6 +20,7 @@ import torch
 from lightning_bottleneck.analysis.ledger import FitLedger, merge_ranks
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.autotune_record import AutotuneRecord
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
 from lightning_bottleneck.evidence.contention import CpuSnapshot
@@ -403,9 +404,8 @@ class FitRun:
             trace_files += merged.trace_files
             self.notes += merged.notes
             ledgers = merged.ledgers
-        self.report = self.verdict(trainer, summaries, sites, trace_files, ledgers)
-        if self.autotune is not None:
-            self.report.autotune = self.autotune.result(self)
+        autotune = self.autotune.result(self) if self.autotune is not None else None
+        self.report = self.verdict(trainer, summaries, sites, trace_files, ledgers, autotune)
         against_midrun(self.midrun_report, self.report)
         if trainer.is_global_zero:
             self.publish(trainer, self.report)
@@ -424,6 +424,7 @@ class FitRun:
         sites: list[Any],
         trace_files: list[str],
         ledgers: list[FitLedger] | None = None,
+        autotune: AutotuneRecord | None = None,
     ) -> Report:
         """The run's evidence as it stands (what the stage measured, and everything else the run saw), diagnosed by
         the same :func:`diagnose` the offline CLI runs; ``ledgers`` are every rank's fit ledgers (default: this
@@ -446,6 +447,7 @@ class FitRun:
             memory_trend=self.memory.trend() if self.memory is not None else None,
             ledger=merge_ranks(ledgers) if ledgers else None,
             ledger_ranks=list(ledgers),
+            autotune=autotune,
         )
         return diagnose(evidence)
 

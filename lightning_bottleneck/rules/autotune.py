@@ -21,11 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_bottleneck.autotune_record import APPLIED, KEPT, UNDONE, AutotuneRecord
 from lightning_bottleneck.bootstrap import HELPED, HURT, INCONCLUSIVE, NO_CHANGE, ratio_interval
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.categories import Category
+from lightning_bottleneck.report import Recommendation, Report
 from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 
-__all__ = ["AUTOTUNE_SETTINGS", "MIN_CONFIRM_STEPS", "MIN_EPOCHS_LEFT", "Decision", "choose", "decide"]
+__all__ = [
+    "AUTOTUNE_SETTINGS",
+    "MIN_CONFIRM_STEPS",
+    "MIN_EPOCHS_LEFT",
+    "Decision",
+    "choose",
+    "decide",
+    "settled",
+]
 
 #: The DataLoader arguments autotune may change: how batches are produced, never which or in what order.
 AUTOTUNE_SETTINGS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
@@ -87,3 +97,22 @@ def decide(before_ms: list[float], after_ms: list[float]) -> Decision:
             False, ratio, interval, NO_CHANGE, f"no change beyond the ±{NO_CHANGE_BAND:.0%} noise band"
         )
     return Decision(False, ratio, interval, INCONCLUSIVE, "not faster beyond the run's noise")
+
+
+def settled(record: AutotuneRecord, rec: Recommendation) -> bool:
+    """Whether the run's own switch already answered ``rec`` (so it is not advised again at the end of fit):
+
+    * autotune applied a setting and kept it (or the fit ended before the check): every advice to change the
+      train DataLoader's worker settings is settled; it was measured by the loader probe on the loader as it was before the switch, and the setting
+      now in place was timed on the run itself;
+    * autotune applied it and switched back: that same setting measured not faster on this run, so it is never
+      advised (other loader settings stay).
+    """
+    if rec.kind != Category.INPUT or rec.where is not None or not set(rec.settings) & set(AUTOTUNE_SETTINGS):
+        return False  # not a setting of the train DataLoader that autotune changes
+    if record.status in (KEPT, APPLIED):
+        return True
+    if record.status == UNDONE:
+        own = {k: v for k, v in rec.settings.items() if k in AUTOTUNE_SETTINGS}
+        return bool(own) and own == record.settings
+    return False

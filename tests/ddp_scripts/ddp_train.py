@@ -109,7 +109,9 @@ def main(out_dir: str, mode: str) -> None:
 
         record = callback.report.autotune.to_dict() if callback.report and callback.report.autotune else {}
         record["workers_now"] = trainer.train_dataloader.num_workers
-        print(f"RANK {trainer.global_rank} AUTOTUNE {json.dumps(record)}", flush=True)
+        # one write(2) of under PIPE_BUF bytes: the two ranks' lines never interleave on the shared pipe
+        sys.stdout.flush()
+        os.write(1, f"RANK {trainer.global_rank} AUTOTUNE {json.dumps(record)}\n".encode())
     report = callback.report
     print(f"RANK {trainer.global_rank} REPORT {report.primary.value if report else None}", flush=True)
     if mode == "midrun":
