@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
 from lightning_bottleneck import Category
+from lightning_bottleneck.live.verdict_cycle import changed
 
 from conftest import fit_scenario
 
@@ -136,3 +138,22 @@ def test_cpu_item_calls_are_low_severity_sync_findings_cross_checked_with_the_tr
     assert check["hooks_scalar_reads_per_step"] == pytest.approx(3.0)
     assert check["trace_local_scalar_dense_per_step"] == pytest.approx(3.0)
     assert any(r.kind == "sync" and f"test_verdicts.py:{line}" in r.detail for r in report.recommendations)
+
+
+def test_the_end_of_fit_answer_is_short_when_the_mid_run_one_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    _, cb = fit_scenario("input", tmp_path, max_steps=40, callback_kwargs={"verbose": True})
+    printed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("lightning-bottleneck")]
+    assert len(printed) == 2, printed  # the mid-run answer, then the end of fit's
+    mid, end = printed
+    assert cb.midrun_report is not None and cb.report is not None
+    assert mid.startswith("lightning-bottleneck: input-bound")
+    if changed(cb.midrun_report, cb.report):  # another verdict or first advice: the whole answer again
+        assert end.startswith("lightning-bottleneck: ") and "evidence:" in end
+    else:  # the same: the headline, the whole run's figures, the advice, where the rest is
+        assert end.startswith("lightning-bottleneck (end of fit, as mid-run): input-bound"), end
+        assert "evidence:" not in end and "  1. " + cb.report.recommendations[0].title in end
+        assert "in the report:" in end and "report: " in end
+        assert len(end.splitlines()) <= 9 and len(end.splitlines()) < len(mid.splitlines()), end

@@ -452,6 +452,7 @@ class FitRun:
         return diagnose(evidence)
 
     def publish(self, trainer: pl.Trainer, report: Report) -> None:
+        changed = picture_changed(self.midrun_report, report)  # the first verdict, or another than mid-run
         written = publish(
             trainer,
             report,
@@ -461,13 +462,14 @@ class FitRun:
             verbose=self.options.verbose,
             explicit_path=self.options.report_path is not None,
             owner=self.owner,
+            unchanged=not changed,
         )
         publish_scalars(trainer, report)
         self.join_picture()
         # the image again at the end of fit only when the verdict or the first advice changed (~0.05 s), and
         # none without a profiled window (no per-step bars: the fit would wait at its end for the child
         # to draw the text that TensorBoard's Text tab and the HTML page already hold)
-        image = picture_changed(self.midrun_report, report) and self.phases is not None
+        image = changed and self.phases is not None
         self.picture = publish_picture(
             trainer, report, self.phases, written or self.report_file, image=image, worker=self.worker
         )

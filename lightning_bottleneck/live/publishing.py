@@ -13,7 +13,7 @@ from typing import Any
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_bottleneck.output.text import render_markdown, render_text
+from lightning_bottleneck.output.text import render_markdown, render_text, render_unchanged
 from lightning_bottleneck.report import Report, read_report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
@@ -40,6 +40,7 @@ def publish(
     verbose: bool = True,
     explicit_path: bool = False,
     owner: object = None,
+    unchanged: bool = False,
 ) -> Path | None:
     """Compare with ``baseline`` (if any), print the summary, write the JSON report and the TensorBoard text.
 
@@ -51,12 +52,14 @@ def publish(
     Args:
         explicit_path: ``report_file`` is the user's ``report_path`` (not the default in the log dir).
         owner: who publishes (the callback): it may replace the reports it wrote itself.
+        unchanged: the end-of-fit verdict and first advice are those printed mid-run: a short summary is printed.
     """
     if baseline is not None:
         compare_with_baseline(report, baseline)
     target = choose_report_path(report, report_file, explicit_path, owner) if report_file else None
     if verbose:  # first: whatever fails below, the user has the verdict
-        rank_zero_info(render_text(report) + (f"\n  report: {target}" if target else ""))
+        text = render_unchanged(report) if unchanged else render_text(report)
+        rank_zero_info(text + (f"\n  report: {target}" if target else ""))
     written: Path | None = None
     if target is not None:
         try:

@@ -120,6 +120,31 @@ def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str
     return "\n".join(lines)
 
 
+def render_unchanged(report: Report, max_recs: int = 2) -> str:
+    """The end-of-fit answer when its verdict and first advice are those printed mid-run: the headline, the
+    step and fit lines (the whole run's figures), the advice with its figures now, and where the rest is; the
+    evidence, breakdown and notes were printed mid-run and are in the report (issue 28: not printed twice)."""
+    lines = [f"lightning-bottleneck (end of fit, as mid-run): {headline(report)}", f"  {_step_line(report)}"]
+    fit = fit_line(report)
+    if fit:
+        lines.append(f"  {fit}")
+    for i, r in enumerate(report.recommendations[:max_recs], 1):
+        settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
+        lines.append(f"  {i}. {r.title}" + (f"  ({settings})" if settings else ""))
+        if r.speedup_text:
+            lines.append(f"     {_saving(r)}")
+    if report.autotune is not None:
+        lines.append(f"  autotune: {autotune_line(report.autotune)}")
+    more = len(report.recommendations) - max_recs
+    rest = [f"{more} more advice"] if more > 0 else []
+    n, m = len(report.findings), len(report.notes)
+    rest += [f"{n} evidence line" + ("s" if n > 1 else "")] if n else []
+    rest += [f"{m} note" + ("s" if m > 1 else "")] if m else []
+    if rest:
+        lines.append(f"  in the report: {', '.join(rest)}")
+    return "\n".join(lines)
+
+
 def _saving(r: Recommendation) -> str:
     """``measured 1.96x ...; saves 3.1 ms/step (620 s over the run)``."""
     text = r.speedup_text

@@ -132,14 +132,22 @@ def model_candidates_of(
             0.0, 1.0 - sum(share_of(breakdown, s) for s in (Share.DATA_WAIT, Share.SYNC, Share.COMMUNICATION))
         )
         unconfirmed = [r for r in trials.results if r.unconfirmed and r.measured_speedup is not None]
+        # a lever measured slower even on a busy machine is not advised on an estimate either: contention slows
+        # the baseline and the trial alike, and "never advise what measured slower" holds either way
+        slower = [r for r in unconfirmed if (r.measured_speedup or 1.0) < 1.0 - T.NO_CHANGE_BAND]
         if unconfirmed:
             ranking.notes.append(
                 "Trials ran while other processes took the CPUs, so their figures ("
                 + ", ".join(f"{r.name} {r.measured_speedup:.2f}x" for r in unconfirmed)
-                + ") are kept as evidence but not used: the compute advice is estimated from the trace."
+                + ") are kept as evidence but not used: the compute advice is estimated from the trace"
+                + (
+                    f"; {', '.join(r.name for r in slower)} measured slower even so and is not advised."
+                    if slower
+                    else "."
+                )
             )
-        for r in trials.results:
-            if r.measured_speedup is None or r.unconfirmed:
+        for r in trials.results:  # measured: a candidate (a slower one is "tried, not advised")
+            if r.measured_speedup is None or (r.unconfirmed and r not in slower):
                 continue
             measured_keys |= set(r.settings)
             out.append(_trial_candidate(r, compute, overhead, model_ms, account))
