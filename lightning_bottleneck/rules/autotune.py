@@ -1,13 +1,15 @@
-"""Autotune's two decisions, torch-free: which measured DataLoader setting to apply, and whether to keep it.
+"""Autotune's decisions, torch-free: which measured DataLoader setting to apply, whether to keep it, and which
+advice its switch settled.
 
 * :func:`choose`: the loader plan's measured recommendation on the mid-run report (an ``input`` advice that rests
   on the loader probe's ladder), reduced to the settings autotune may change (:data:`AUTOTUNE_SETTINGS`: nothing
   that changes what the model learns); ``pin_memory`` only on a CUDA run.
 * :func:`decide`: the steps after the switch against the steps before, with the same noise-aware comparison as
   ``lightning-bottleneck compare`` (a seeded bootstrap interval of the step-time ratio, the
-  :data:`~lightning_bottleneck.rules.thresholds.NO_CHANGE_BAND`), on the *mean* step time with the epoch-start
+  :data:`~lightning_bottleneck.thresholds.NO_CHANGE_BAND`), on the *mean* step time with the epoch-start
   waits in (a worker start-up paid once per epoch is a cost of the setting the median would not see). Kept only
   when faster beyond noise; anything else is switched back.
+* :func:`settled`: at the end of fit, the advice the switch already answered (not advised again).
 
 Example::
 
@@ -52,7 +54,7 @@ def choose(report: Report | None, accelerator: str | None) -> tuple[dict[str, An
     if report is None:
         return None, "no mid-run verdict was taken"
     for rec in report.recommendations:
-        if rec.kind != "input" or not rec.settings or rec.where is not None:
+        if rec.kind != Category.INPUT or not rec.settings or rec.where is not None:
             continue
         if "ladder" not in rec.evidence:
             continue  # estimated, not measured on the run's own loader
@@ -103,8 +105,8 @@ def settled(record: AutotuneRecord, rec: Recommendation) -> bool:
     """Whether the run's own switch already answered ``rec`` (so it is not advised again at the end of fit):
 
     * autotune applied a setting and kept it (or the fit ended before the check): every advice to change the
-      train DataLoader's worker settings is settled; it was measured by the loader probe on the loader as it was before the switch, and the setting
-      now in place was timed on the run itself;
+      train DataLoader's worker settings is settled; the loader probe measured the loader as it was before the
+      switch, and the setting now in place was timed on the run itself;
     * autotune applied it and switched back: that same setting measured not faster on this run, so it is never
       advised (other loader settings stay).
     """
