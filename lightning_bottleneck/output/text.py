@@ -103,11 +103,7 @@ def render_text(report: Report, max_findings: int = 6, max_recs: int = 4) -> str
             lines.append(f"    ... {len(report.findings) - max_findings} more in the JSON report")
     if report.recommendations:
         lines.append("  advice:")
-        for i, r in enumerate(report.recommendations[:max_recs], 1):
-            settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
-            lines.append(f"    {i}. {r.title}" + (f"  ({settings})" if settings else ""))
-            if r.speedup_text:
-                lines.append(f"       {_saving(r)}")
+        lines += _advice_lines(report.recommendations[:max_recs], "    ")
     if report.autotune is not None:
         lines.append(f"  autotune: {autotune_line(report.autotune)}")
     if len(report.ranks) > 1:
@@ -128,11 +124,7 @@ def render_unchanged(report: Report, max_recs: int = 2) -> str:
     fit = fit_line(report)
     if fit:
         lines.append(f"  {fit}")
-    for i, r in enumerate(report.recommendations[:max_recs], 1):
-        settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
-        lines.append(f"  {i}. {r.title}" + (f"  ({settings})" if settings else ""))
-        if r.speedup_text:
-            lines.append(f"     {_saving(r)}")
+    lines += _advice_lines(report.recommendations[:max_recs], "  ")
     if report.autotune is not None:
         lines.append(f"  autotune: {autotune_line(report.autotune)}")
     more = len(report.recommendations) - max_recs
@@ -143,6 +135,17 @@ def render_unchanged(report: Report, max_recs: int = 2) -> str:
     if rest:
         lines.append(f"  in the report: {', '.join(rest)}")
     return "\n".join(lines)
+
+
+def _advice_lines(recs: list[Recommendation], indent: str) -> list[str]:
+    """``1. title  (settings)`` and, under it, the predicted saving; numbered from 1."""
+    lines = []
+    for i, r in enumerate(recs, 1):
+        settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
+        lines.append(f"{indent}{i}. {r.title}" + (f"  ({settings})" if settings else ""))
+        if r.speedup_text:
+            lines.append(f"{indent}   {_saving(r)}")
+    return lines
 
 
 def _saving(r: Recommendation) -> str:
