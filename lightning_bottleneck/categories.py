@@ -34,6 +34,26 @@ class Provenance(str, Enum):
         return self.value
 
 
+class PredictionKind(str, Enum):
+    """What the figure printed next to an advice is (issue 28): every ranked recommendation with a figure has one.
+
+    ``MEASURED`` and ``MEASURED_RANGE`` are predictions, judged against the applied speed-up (a point within
+    20%, a range from end to end); a ``BOUND`` is a ceiling only ("up to X (not measured)"), never called a
+    prediction."""
+
+    MEASURED = "measured"  # a point from timings on this run (or arithmetic on them)
+    MEASURED_RANGE = "measured_range"  # both ends from timings on this run, hi/lo <= MEASURED_RANGE_WIDTH_MAX
+    BOUND = "bound"  # the saving could not be measured (or only too loosely): "up to X"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def word(self) -> str:
+        """The kind in a word, as the terminal prints it."""
+        return {"measured": "measured", "measured_range": "measured range", "bound": "bound"}[self.value]
+
+
 class FindingKind(str, Enum):
     """What a finding is about: a bucket (a :class:`Category` value) or a narrower pattern."""
 

@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     analyze.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every evidence line, note and how each figure was obtained (default: at most 12 lines)",
+    )
+    analyze.add_argument(
         "--rank", type=int, default=None, help="rank whose verdict leads the report (default 0)"
     )
     compare = sub.add_parser(
@@ -195,7 +200,7 @@ def _execute(args: argparse.Namespace) -> tuple[int, str]:
             return EXIT_OK, render_markdown(report)
         from lightning_bottleneck.output.text import render_text
 
-        return EXIT_OK, render_text(report)
+        return EXIT_OK, render_text(report, full=args.verbose)
     before, before_source = load_run(args.before)
     after, after_source = load_run(args.after)
     result = compare_runs(before, after)

@@ -17,7 +17,7 @@ from typing import Any
 
 from lightning_bottleneck.atomic_write import write_atomically
 from lightning_bottleneck.autotune_record import AutotuneRecord
-from lightning_bottleneck.categories import Category, FindingKind, Provenance, Severity
+from lightning_bottleneck.categories import Category, FindingKind, PredictionKind, Provenance, Severity
 from lightning_bottleneck.errors import TraceError
 from lightning_bottleneck.stats import percentile
 
@@ -127,6 +127,9 @@ class Recommendation:
     # where ``settings`` go: "Trainer", "ModelCheckpoint", "val DataLoader", "self.log", a callback's class;
     # None: the train DataLoader / the Trainer / the model, as the setting's name says (the in-step advice)
     where: str | None = None
+    # what the printed figure is (advice/ranked.py): a measured point, a measured range (hi/lo <= 1.44) or a bound
+    # ("up to" the range's high end); None: no figure (or a report written before the kinds)
+    prediction_kind: PredictionKind | None = None
     # the stable id of the rule's lever this advice words (``loader:<advice>``, ``fit:<where>:<setting>``): how the
     # ranking's candidate is joined to it inside the pipeline; not written to the JSON (None once read back)
     lever: str | None = field(default=None, compare=False)
@@ -150,6 +153,7 @@ class Recommendation:
             else [round(float(x), 3) for x in self.expected_speedup_range],
             "uncertainty": self.uncertainty,
             "where": self.where,
+            "prediction_kind": None if self.prediction_kind is None else self.prediction_kind.value,
         }
 
     @classmethod
@@ -170,11 +174,48 @@ class Recommendation:
             _range(d.get("expected_speedup_range")),
             str(d.get("uncertainty") or ""),
             d.get("where"),
+            PredictionKind(d["prediction_kind"]) if d.get("prediction_kind") else None,
         )
 
     @property
+    def figure(self) -> float | None:
+        """The number printed next to the advice: the point for a prediction, the high end for a bound."""
+        if self.prediction_kind == PredictionKind.BOUND and self.expected_speedup_range is not None:
+            return self.expected_speedup_range[1]
+        return self.expected_speedup
+
+    @property
     def speedup_text(self) -> str:
-        """``"measured 1.96x"`` / ``"expected 1.42x (estimated: ...)"``; empty when neither is known."""
+        """The figure with its kind in a word: ``"2.64x (measured)"``, ``"1.80x (measured, 1.62-1.95x)"``,
+        ``"up to 5.37x (not measured)"``; empty when there is none. Why a range or a bound: :attr:`speedup_reason`."""
+        kind, point = self.prediction_kind, self.expected_speedup
+        if kind is None:
+            return self._legacy_speedup_text()
+        if kind == PredictionKind.BOUND:
+            top = self.figure
+            return "" if top is None else f"up to {top:.2f}x (not measured)"
+        if point is None:
+            return ""
+        if kind == PredictionKind.MEASURED_RANGE and self.expected_speedup_range is not None:
+            lo, hi = self.expected_speedup_range
+            return f"{point:.2f}x (measured, {lo:.2f}-{hi:.2f}x)"
+        return f"{point:.2f}x (measured)"
+
+    @property
+    def speedup_reason(self) -> str:
+        """How the figure was obtained and, for a range or a bound, why it is one (the HTML, ``verbose=True``)."""
+        parts = []
+        ranged = self.prediction_kind == PredictionKind.BOUND or self.expected_speedup_range is not None
+        if ranged and self.uncertainty:
+            parts.append(self.uncertainty)
+        if self.basis and self.basis not in parts:
+            parts.append(f"{self.method}: {self.basis}" if self.method else self.basis)
+        if self.measured_speedup is not None:
+            parts.append(f"the trial measured {self.measured_speedup:.2f}x on the training step")
+        return "; ".join(parts)
+
+    def _legacy_speedup_text(self) -> str:
+        """A report written before the prediction kinds (read back by ``compare``/``analyze``)."""
         if self.measured_speedup is not None:
             text = f"measured {self.measured_speedup:.2f}x"
             if self.expected_speedup is not None:
@@ -182,11 +223,9 @@ class Recommendation:
             return text
         if self.expected_speedup_range is not None:
             lo, hi = self.expected_speedup_range
-            why = f": {self.uncertainty}" if self.uncertainty else ""
-            return f"expected {lo:.2f}x to {hi:.2f}x (cannot be predicted within 20%{why})"
+            return f"expected {lo:.2f}x to {hi:.2f}x"
         if self.expected_speedup is not None:
-            how = f" ({self.method}: {self.basis})" if self.method and self.basis else ""
-            return f"expected {self.expected_speedup:.2f}x{how}"
+            return f"expected {self.expected_speedup:.2f}x"
         return ""
 
 

@@ -137,6 +137,12 @@ ESTIMATED_CONFIDENCE_MAX = 0.95
 SPREAD_RATIO_OK = 1.5
 SPREAD_FACTOR_MIN = 0.5
 
+# --- what the printed figure is (advice/ranked.py, issue 28) -------------------------------------------------
+# A measured range is printed as a prediction only when it is no wider than this (hi/lo): a point within 20% either
+# way spans 1.2 x 1.2 = 1.44, the width the scoreboard (`benchmarks/advice_payoff.py`) accepts for a point. A wider
+# range, or a figure not measured on this run, is printed as what it is: a ceiling, "up to X (not measured)".
+MEASURED_RANGE_WIDTH_MAX = 1.44
+
 # --- plausible timing (trace/time_unit.py) -------------------------------------------------------------
 # Kineto writes microseconds. A trace whose clock is in another unit (milliseconds or nanoseconds written
 # as if microseconds) is judged from its own cheapest ops: metadata ops (aten::view, aten::empty,

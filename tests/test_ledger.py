@@ -310,7 +310,7 @@ def test_the_ledger_is_shown_where_people_look(tmp_path: Path) -> None:
     Sleepy.slept = Slept()
     _, cb, ledger = _fit(tmp_path, callbacks=[Sleepy()], max_steps=20)
     assert cb.report is not None
-    text = render_text(cb.report)
+    text = render_text(cb.report, full=True)
     line = next(x.strip() for x in text.splitlines() if x.strip().startswith("fit "))
     assert "callbacks" in line and "(most: Sleepy.on_train_batch_end)" in line
     assert text.index(line) < text.index("breakdown:")  # before the in-step breakdown

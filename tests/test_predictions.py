@@ -67,7 +67,7 @@ def test_workers_that_need_the_steps_cores_get_a_range() -> None:
     assert rec.settings.get("num_workers") == 2
     lo, hi = rec.expected_speedup_range
     assert lo < hi == pytest.approx(rec.expected_speedup)
-    assert "share 2 CPU(s)" in rec.uncertainty and "cannot be predicted within 20%" in rec.speedup_text
+    assert "share 2 CPU(s)" in rec.uncertainty
     assert f"{lo:.2f}x to {hi:.2f}x" in rec.speedup_text
 
 
@@ -100,7 +100,7 @@ def test_a_step_whose_own_time_spreads_gives_a_range_that_reaches_the_fast_steps
     # the high end: the step paced by 8 workers' 6.6 ms a batch, not by its own 4 ms
     assert hi == pytest.approx((52.0 + 13.0) / (16 / 2410 * 1e3), rel=0.02)
     assert "13.0 ms (median)" in rec.uncertainty and "4.0 ms (the fastest quarter)" in rec.uncertainty
-    assert "cannot be predicted within 20%" in rec.speedup_text
+    assert f"{lo:.2f}x to {hi:.2f}x" in rec.speedup_text
     # steps that agree (every one 4 ms) keep a point
     steady = plan_from_timing(_sleepy_ladder(), RunConfig(num_workers=0, batch_size=16, usable_cpus=2,
                               accelerator="cpu"), _sleepy_timing([4.0] * 32), 32)  # fmt: skip

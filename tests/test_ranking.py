@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.analysis.representative import check_window
 from lightning_bottleneck.analysis.summary import TraceSummary
-from lightning_bottleneck.categories import Category, Provenance
+from lightning_bottleneck.categories import Category, PredictionKind, Provenance
 from lightning_bottleneck.diagnose import diagnose
 from lightning_bottleneck.evidence import Evidence, RunConfig, RunLength, TimingStats
 from lightning_bottleneck.evidence.contention import Contention
@@ -210,7 +212,7 @@ def test_bf16_measured_slower_is_not_recommended_and_kept_as_evidence() -> None:
     assert tried and "0.90x, not recommended" in tried[0].summary
     assert report.metrics["ranking"]["tried"][0]["measured_speedup"] == pytest.approx(0.9)
     assert report.confidence <= T.UNCERTAIN_CONFIDENCE_MAX  # the verdict stands, no measured fix for it
-    assert "Tried bf16-mixed on this model: 0.90x, not recommended" in render_text(report)
+    assert "Tried bf16-mixed on this model: 0.90x, not recommended" in render_text(report, full=True)
 
 
 def test_trials_on_a_busy_machine_never_win_and_a_slower_one_is_not_advised() -> None:
@@ -269,7 +271,13 @@ def test_compile_measured_1_96x_ranks_before_bf16_measured_1_1x() -> None:
     assert first.saved_s == pytest.approx(8.0 * (1 - 1 / 1.96) * 20 - 12.0, rel=0.01)
     assert second.settings.get("precision") == "bf16-mixed" and second.measured_speedup == pytest.approx(1.1)
     assert first.saved_ms_per_step > second.saved_ms_per_step
-    assert "measured 1.96x" in render_text(report)
+    assert first.prediction_kind == PredictionKind.MEASURED
+    # compile's two figures: the steady-state speed-up and the one-off cost with the steps that pay it back
+    steps = math.ceil(12.0e3 / (8.0 * (1 - 1 / 1.96)))
+    assert first.evidence["one_off_s"] == 12.0 and first.evidence["break_even_steps"] == steps
+    assert f"a one-off 12.0 s, paid back after {steps} steps" in render_text(report)
+    assert f"{first.expected_speedup:.2f}x (measured)" in render_text(report)  # the point, its kind in a word
+    assert "the trial measured 1.96x on the training step" in render_text(report, full=True)
 
     # a short run cannot pay 12 s of compile back: compile is not advised, bf16 is
     ev.run_length = RunLength(total_steps=100)
@@ -279,7 +287,7 @@ def test_compile_measured_1_96x_ranks_before_bf16_measured_1_1x() -> None:
     assert any("compile" in f.summary and "not recommended" in f.summary for f in short.findings)
 
 
-def test_ddp_exposed_communication_ranks_gradient_accumulation_with_its_estimated_saving() -> None:
+def test_ddp_exposed_communication_ranks_gradient_accumulation_with_its_computed_saving() -> None:
     # issue 9: compute 60% vs communication 37%, bf16 measured 0.91x
     ev = Evidence(
         summaries=[_cpu_trace(compute=0.6, comm=0.37, step_ms=100.0)],
@@ -292,7 +300,8 @@ def test_ddp_exposed_communication_ranks_gradient_accumulation_with_its_estimate
     assert report.primary == Category.COMMUNICATION
     first = report.recommendations[0]
     assert first.settings == {"accumulate_grad_batches": 2}
-    assert first.method == "estimated"
+    # arithmetic on the trace's measured collective time (issue 28): a computed point, printed as measured
+    assert first.method == "computed" and first.prediction_kind == PredictionKind.MEASURED_RANGE
     assert first.saved_ms_per_step == pytest.approx(0.37 * 100.0 / 2, rel=0.02)
     assert first.expected_speedup == pytest.approx(100.0 / (100.0 - 18.5), rel=0.02)
     assert "effective batch" in first.basis
@@ -307,8 +316,9 @@ def test_ddp_exposed_communication_ranks_gradient_accumulation_with_its_estimate
     # its high end: under no_sync the reducer's host work (per-op overhead, 3% here) goes in the same proportion
     overhead = report.breakdown["overhead"]
     assert first.expected_speedup_range == pytest.approx(
-        (1.0, 100.0 / (100.0 - (37.0 + overhead * 100) / 2)), rel=0.002
+        (first.expected_speedup, 100.0 / (100.0 - (37.0 + overhead * 100) / 2)), rel=0.002
     )
+    assert "per-op host work" in first.uncertainty
     # the other communication levers are ranked behind it, each with its own estimate
     comm = [r for r in report.recommendations if r.kind == "communication" and r.saved_ms_per_step]
     assert [r.saved_ms_per_step for r in comm] == sorted(
@@ -378,11 +388,13 @@ def test_speedups_reach_text_markdown_html_and_json() -> None:
         run_length=RunLength(total_steps=5000), trials=trials,
     )  # fmt: skip
     report = diagnose(ev)
-    assert "measured 1.96x" in render_text(report)
-    assert "measured 1.96x" in render_markdown(report)
-    assert "measured 1.96x" in render_html(report)
+    point = f"{report.recommendations[0].expected_speedup:.2f}x (measured)"
+    assert point in render_text(report)
+    for text in (render_text(report, full=True), render_markdown(report), render_html(report)):
+        assert point in text and "the trial measured 1.96x on the training step" in text
     again = Report.from_dict(report.to_dict())
     rec = again.recommendations[0]
+    assert rec.prediction_kind == PredictionKind.MEASURED
     assert rec.measured_speedup == pytest.approx(1.96) and rec.method == Provenance.MEASURED
     assert rec.saved_ms_per_step == pytest.approx(report.recommendations[0].saved_ms_per_step, abs=1e-3)
 

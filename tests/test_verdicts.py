@@ -155,5 +155,5 @@ def test_the_end_of_fit_answer_is_short_when_the_mid_run_one_stands(
     else:  # the same: the headline, the whole run's figures, the advice, where the rest is
         assert end.startswith("lightning-bottleneck (end of fit, as mid-run): input-bound"), end
         assert "evidence:" not in end and "  1. " + cb.report.recommendations[0].title in end
-        assert "in the report:" in end and "report: " in end
+        assert "report: " in end and "more evidence line" in end
         assert len(end.splitlines()) <= 9 and len(end.splitlines()) < len(mid.splitlines()), end

@@ -3,7 +3,8 @@
 :func:`ranked_recommendations` takes the advisors' recommendations and a
 :class:`~lightning_bottleneck.rules.ranking.Ranking`, drops what was measured no faster, attaches to each
 recommendation its saving (``saved_ms_per_step``, ``saved_s``), its ``method`` ("measured"/"estimated"),
-``basis`` and speed-ups, adds a recommendation for a measured win no advisor named, and orders the list:
+``basis`` and speed-ups, adds a recommendation for a measured win no advisor named, says what each figure is
+(:func:`prediction_kind`: a measured point, a measured range at most x1.44 wide, or a bound) and orders the list:
 backed recommendations by time saved, then the others (no saving known) by their bucket's best fix.
 """
 
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lightning_bottleneck.categories import Provenance
+import lightning_bottleneck.thresholds as T
+from lightning_bottleneck.categories import PredictionKind, Provenance
 from lightning_bottleneck.report import Recommendation
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Candidate, Ranking
 
-__all__ = ["ranked_recommendations"]
+__all__ = ["prediction_kind", "ranked_recommendations"]
 
 #: Settings whose one recommendation may back a candidate of another bucket (advice keeps one
 #: recommendation per setting, so the compute bucket's compile advice also stands for overhead's).
@@ -57,6 +59,9 @@ def _match(c: Candidate, recs: list[Recommendation], backed: dict[int, list[Cand
     return None
 
 
+#: A candidate's measured one-off cost (seconds) and the training steps its saving takes to pay it back.
+ONE_OFF_KEYS = ("one_off_s", "break_even_steps")
+
 #: How to apply a measured lever no advisor named, by its setting (``{v}``: the setting's value).
 TRIAL_SNIPPETS = {
     "precision": 'Trainer(precision="{v}")',
@@ -92,6 +97,21 @@ def _rescaled(
     return (min(ends[0], r.expected_speedup or ends[0]), max(ends[1], r.expected_speedup or ends[1]))
 
 
+def prediction_kind(r: Recommendation) -> PredictionKind | None:
+    """What ``r``'s figure is: a point or a range timed on this run (the saving measured, or computed from measured
+    seconds) when the range is at most MEASURED_RANGE_WIDTH_MAX wide, else a bound at its high end; None without a
+    figure."""
+    if r.expected_speedup is None and r.expected_speedup_range is None:
+        return None
+    if r.method in (Provenance.MEASURED, Provenance.COMPUTED) and r.expected_speedup is not None:
+        if r.expected_speedup_range is None:
+            return PredictionKind.MEASURED
+        lo, hi = r.expected_speedup_range
+        if lo > 0 and hi / lo <= T.MEASURED_RANGE_WIDTH_MAX:
+            return PredictionKind.MEASURED_RANGE
+    return PredictionKind.BOUND
+
+
 def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list[Recommendation]:
     out: list[Recommendation] = []
     for r in recs:
@@ -117,6 +137,10 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             (m for m in (Provenance.MEASURED, Provenance.COMPUTED) if m in methods), Provenance.ESTIMATED
         )
         r.basis = "; ".join(c.basis for c in cands)
+        for c in cands:  # a measured one-off cost (a compile) and the steps that pay it back
+            for key in ONE_OFF_KEYS:
+                if key in c.evidence:
+                    r.evidence[key] = c.evidence[key]
         measured = [c.measured_speedup for c in cands if c.measured_speedup is not None]
         if measured:
             r.measured_speedup = max(measured)
@@ -171,12 +195,23 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
                     "estimated from the trace, not measured on this run: from the per-sample work growing with "
                     "the batch to none of it growing"
                 )
+    for r in out:
+        r.prediction_kind = prediction_kind(r)
     bucket = ranking.bucket_savings()
 
     def order(item: tuple[int, Recommendation]) -> tuple[int, float, int]:
+        # by time saved: a prediction's saving is its printed point's; a bound is ranked by its estimated saving
+        # (in the JSON, not printed: its ceiling is), so an unmeasured "up to 5x" expected to give 3x goes before
+        # a measured 1.5x, and after a measured 4x
         i, r = item
         if i in backed:
             return (0, -(r.saved_ms_per_step or 0.0), i)
         return (1, -bucket.get(r.kind, 0.0), i)
 
-    return [r for _, r in sorted(enumerate(out), key=order)]
+    # never advise what cannot be told from no change (issue 28 item 3): a figure under the noise band, a point or
+    # a ceiling alike, is no reason to change a setting
+    return [
+        r
+        for _, r in sorted(enumerate(out), key=order)
+        if r.figure is None or r.figure >= 1 + T.NO_CHANGE_BAND
+    ]

@@ -18,8 +18,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from lightning_bottleneck.live import options as opt
 from lightning_bottleneck.live.fit_run import FitRun
-from lightning_bottleneck.live.options import check_bool, check_int, check_path, check_seconds, check_timeout
 from lightning_bottleneck.live.phase_hooks import AUTOTUNE_HOOKS, REMOVABLE_HOOKS, set_hooks, set_phase_hooks
 from lightning_bottleneck.live.profiler_window import stands_down
 from lightning_bottleneck.live.run_options import RunOptions
@@ -72,7 +72,10 @@ class BottleneckCallback(Callback):
             ``log_every_n_steps``; ``0`` turns scalars off.
         output_dir: where traces go; default ``<log_dir>/bottleneck`` (a run in TensorBoard's profiler tab).
         report_path: the JSON report; default ``<log_dir>/bottleneck_report.json``.
-        verbose: print the summary at the end of fit (global rank zero).
+        verbose: what global rank zero prints: ``None`` (default) the short answer (at most 12 lines: the verdict,
+            the fit, the evidence that decided it, each advice with its figure, at most three notes), ``True``
+            every evidence line, note and the reason behind each figure, ``False`` nothing (the report and the
+            TensorBoard text are written either way).
         gather_timeout: seconds global rank zero waits for the other ranks' summaries at the end of fit
             (multi-process strategies); ranks that miss it are listed as missing in the report.
         baseline: a previous run's ``bottleneck_report.json``. After one change, the new report says whether
@@ -115,7 +118,7 @@ class BottleneckCallback(Callback):
         log_every_n_steps: int | None = None,
         output_dir: str | None = None,
         report_path: str | None = None,
-        verbose: bool = True,
+        verbose: bool | None = None,
         gather_timeout: float = 120.0,
         baseline: str | None = None,
         probe_loader: bool = True,
@@ -125,37 +128,37 @@ class BottleneckCallback(Callback):
         autotune: bool = False,
     ) -> None:
         super().__init__()
-        self.wait = check_int("wait", wait, 0)
-        self.warmup = check_int("warmup", warmup, 0)
-        self.active = check_int("active", active, 1)
-        self.repeat = check_int("repeat", repeat, 1)
-        self.skip_first = check_int("skip_first", skip_first, 0)
-        self.record_shapes = check_bool("record_shapes", record_shapes)
-        self.profile_memory = check_bool("profile_memory", profile_memory)
-        self.with_stack = check_bool("with_stack", with_stack)
-        self.track_syncs = check_bool("track_syncs", track_syncs)
+        self.wait = opt.check_int("wait", wait, 0)
+        self.warmup = opt.check_int("warmup", warmup, 0)
+        self.active = opt.check_int("active", active, 1)
+        self.repeat = opt.check_int("repeat", repeat, 1)
+        self.skip_first = opt.check_int("skip_first", skip_first, 0)
+        self.record_shapes = opt.check_bool("record_shapes", record_shapes)
+        self.profile_memory = opt.check_bool("profile_memory", profile_memory)
+        self.with_stack = opt.check_bool("with_stack", with_stack)
+        self.track_syncs = opt.check_bool("track_syncs", track_syncs)
         self.log_every_n_steps = (
-            None if log_every_n_steps is None else check_int("log_every_n_steps", log_every_n_steps, 0)
+            None if log_every_n_steps is None else opt.check_int("log_every_n_steps", log_every_n_steps, 0)
         )
-        self.output_dir = check_path("output_dir", output_dir)
-        self.report_path = check_path("report_path", report_path)
-        self.baseline = check_path("baseline", baseline)
-        self.verbose = check_bool("verbose", verbose)
-        self.gather_timeout = check_timeout("gather_timeout", gather_timeout)
-        self.probe_loader = check_bool("probe_loader", probe_loader)
-        self.loader_budget_s = check_seconds(
+        self.output_dir = opt.check_path("output_dir", output_dir)
+        self.report_path = opt.check_path("report_path", report_path)
+        self.baseline = opt.check_path("baseline", baseline)
+        self.verbose = opt.check_verbose(verbose)
+        self.gather_timeout = opt.check_timeout("gather_timeout", gather_timeout)
+        self.probe_loader = opt.check_bool("probe_loader", probe_loader)
+        self.loader_budget_s = opt.check_seconds(
             "loader_budget_s", loader_budget_s, "0 turns the loader probe off", auto=True
         )
-        self.trial_budget_s = check_seconds(
+        self.trial_budget_s = opt.check_seconds(
             "trial_budget_s", trial_budget_s, "0 turns the trials off", auto=True
         )
-        self.compile_budget_s = check_seconds(
+        self.compile_budget_s = opt.check_seconds(
             "compile_budget_s",
             compile_budget_s,
             "on top of trial_budget_s; 0 skips the torch.compile trial",
             auto=True,
         )
-        self.autotune = check_bool("autotune", autotune)
+        self.autotune = opt.check_bool("autotune", autotune)
         self._reset()
 
     # ------------------------------------------------------------------ state

@@ -111,7 +111,7 @@ class FitRun:
         if options.autotune:
             from lightning_bottleneck.live.autotune import Autotuner
 
-            self.autotune = Autotuner(verbose=options.verbose)
+            self.autotune = Autotuner(verbose=options.verbose is not False)
 
     # ------------------------------------------------------------------ start and end
     def setup(self, trainer: pl.Trainer) -> None:

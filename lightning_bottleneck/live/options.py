@@ -46,6 +46,16 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def check_verbose(value: Any) -> bool | None:
+    """``None`` (the short answer), ``True`` (every line of evidence, note and reason) or ``False`` (print nothing)."""
+    if value is not None and not isinstance(value, bool):
+        raise MisconfigurationException(
+            "BottleneckCallback(`verbose`) must be None (the short answer), True (the full detail) or False "
+            f"(print nothing), got {value!r}."
+        )
+    return value
+
+
 def check_path(name: str, value: P) -> P:
     """A path (``str`` or ``os.PathLike``) or ``None``; returned as given."""
     if value is not None and not isinstance(value, (str, os.PathLike)):

@@ -37,7 +37,7 @@ def publish(
     report_file: Path | None,
     trace_dir: Path | None,
     baseline: str | None = None,
-    verbose: bool = True,
+    verbose: bool | None = None,
     explicit_path: bool = False,
     owner: object = None,
     unchanged: bool = False,
@@ -52,14 +52,18 @@ def publish(
     Args:
         explicit_path: ``report_file`` is the user's ``report_path`` (not the default in the log dir).
         owner: who publishes (the callback): it may replace the reports it wrote itself.
+        verbose: None prints the short answer, True the full detail, False nothing.
         unchanged: the end-of-fit verdict and first advice are those printed mid-run: a short summary is printed.
     """
     if baseline is not None:
         compare_with_baseline(report, baseline)
     target = choose_report_path(report, report_file, explicit_path, owner) if report_file else None
-    if verbose:  # first: whatever fails below, the user has the verdict
-        text = render_unchanged(report) if unchanged else render_text(report)
-        rank_zero_info(text + (f"\n  report: {target}" if target else ""))
+    if verbose is not False:  # first: whatever fails below, the user has the verdict
+        if unchanged:
+            text = render_unchanged(report, report_path=target)
+        else:
+            text = render_text(report, full=bool(verbose), report_path=target)
+        rank_zero_info(text)
     written: Path | None = None
     if target is not None:
         try:

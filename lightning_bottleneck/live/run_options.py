@@ -22,7 +22,7 @@ class RunOptions:
     output_dir: str | None = None
     report_path: str | None = None
     baseline: str | None = None
-    verbose: bool = True
+    verbose: bool | None = None  # None: the short answer; True: the full detail; False: nothing
     gather_timeout: float = 120.0
     autotune: bool = False
 

@@ -20,7 +20,7 @@ from lightning_bottleneck.analysis.ledger import PART_LABELS
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.categories import FitPart, Phase
 from lightning_bottleneck.output.text import HEADLINES, fit_line, headline
-from lightning_bottleneck.report import Report
+from lightning_bottleneck.report import Recommendation, Report
 
 __all__ = [
     "BREAKDOWN_COLORS",
@@ -276,12 +276,18 @@ def _advice(report: Report) -> str:
         settings = ", ".join(f"<code>{escape(f'{k}={v!r}')}</code>" for k, v in r.settings.items())
         items.append(
             f'<div class="advice"><h3>{i}. {escape(r.title)}</h3><p>{escape(r.detail)}</p>'
-            + (f'<p class="small muted">{escape(r.speedup_text)}</p>' if r.speedup_text else "")
+            + (f'<p class="small muted">{escape(_speedup_with_reason(r))}</p>' if r.speedup_text else "")
             + (f"<p>Settings: {settings}</p>" if settings else "")
             + (f"<pre><code>{escape(r.snippet)}</code></pre>" if r.snippet else "")
             + "</div>"
         )
     return f'<h2>Advice</h2><div class="card">{"".join(items)}</div>'
+
+
+def _speedup_with_reason(r: Recommendation) -> str:
+    """The figure with its kind, then how it was obtained and why a range or a bound (the terminal leaves it out)."""
+    why = r.speedup_reason
+    return r.speedup_text + (f": {why}" if why else "")
 
 
 def _autotune(report: Report) -> str:

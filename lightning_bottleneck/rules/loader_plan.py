@@ -52,7 +52,7 @@ from lightning_bottleneck.rules.loader_pace import (
     usable_cpu_count,
     usable_rungs,
 )
-from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM
+from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM, NO_CHANGE_BAND
 
 
 def plan_loader(
@@ -177,9 +177,12 @@ def plan_loader(
         epoch_now_s=now.epoch,
     )
     if plan.covered is False and ladder.bound == BOUND_CPU:
-        plan.changes.append(
-            change
-        )  # no setting covers the model: cheaper samples first, the settings meanwhile
+        # no setting covers the model: cheaper samples first, the settings meanwhile, only those predicted to clear
+        # the noise band (issue 28: on 2 busy cores, 4 workers predicted 0.95x were printed as the interim)
+        if speedup is None or speedup < 1 + NO_CHANGE_BAND:
+            change.settings, change.expected_speedup, change.expected_speedup_range = {}, None, None
+            change.uncertainty = ""
+        plan.changes.append(change)
         return plan
     if settings:
         change.advice = _advice_kind(settings, timed=trained_now is not None and chosen is not None,

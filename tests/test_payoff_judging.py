@@ -1,0 +1,77 @@
+"""The scoreboard judges the figure printed next to the first advice by its kind, with no slack (issue 28 item 4).
+
+``benchmarks/advice_payoff.py`` is the project's scoreboard; these tests pin its judgement on the figures of its
+own earlier runs (docs/benchmarks.md), where the old judgement (ranges widened x1.2 at each end, the point never
+judged when a range was printed) passed what the user would not have got.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from advice_payoff import RANGE_WIDTH_MAX, Outcome, judge, kind_of, summary
+
+
+def test_a_point_holds_within_twenty_percent_and_not_beyond() -> None:
+    assert judge("measured", 2.5, None, 2.71) is True
+    assert judge("measured", 2.17, None, 2.71) is False  # logging_heavy, one round on dcd13b8: 0.22 in log
+
+
+@pytest.mark.parametrize(
+    ("span", "applied"),
+    [
+        ((4.705, 5.603), 5.95),
+        ((2.868, 3.70), 4.07),
+    ],  # val_slow_loader, heavy_callback: inside only with slack
+)
+def test_a_range_holds_from_end_to_end_without_the_old_slack(
+    span: tuple[float, float], applied: float
+) -> None:
+    assert judge("measured_range", span[0], span, applied) is False
+    assert judge("measured_range", span[0], span, (span[0] + span[1]) / 2) is True
+
+
+def test_a_range_wider_than_the_cap_never_holds_as_a_prediction() -> None:
+    span = (3.63, 3.63 * RANGE_WIDTH_MAX * 1.01)
+    assert judge("measured_range", 4.48, span, 4.48) is False
+    assert judge("bound", None, span, 4.48) is True  # said as a bound it holds
+
+
+def test_a_bound_holds_when_the_applied_speed_up_stays_under_it() -> None:
+    assert judge("bound", None, (1.0, 5.37), 4.08) is True
+    assert judge("bound", None, (1.0, 5.37), 6.0) is False  # the old slack took up to 6.44x
+    assert judge(None, None, None, 2.0) is None
+
+
+def test_a_report_written_before_the_kinds_reads_a_range_as_a_bound() -> None:
+    assert kind_of({"expected_speedup": 2.0, "expected_speedup_range": [1.0, 3.0]}) == "bound"
+    assert kind_of({"expected_speedup": 2.0}) == "measured"
+    assert kind_of({"prediction_kind": "measured_range", "expected_speedup": 2.0}) == "measured_range"
+    assert kind_of({}) is None
+
+
+def _outcome(
+    name: str, kind: str, point: float | None, span: tuple[float, float] | None, applied: float
+) -> Outcome:
+    o = Outcome(name, applied=True, settings={"x": 1}, predicted=point, predicted_range=span, kind=kind)
+    o.rates = {"baseline": [100.0], "advice": [100.0 * applied]}
+    return o
+
+
+def test_the_summary_counts_predictions_and_bounds_apart_and_names_what_was_slower() -> None:
+    outcomes = [
+        _outcome("a", "measured", 2.0, None, 2.1),
+        _outcome("b", "measured_range", 1.8, (1.7, 2.1), 2.3),
+        _outcome("c", "bound", 2.4, (1.0, 5.0), 4.0),
+        _outcome("d", "measured", 1.1, None, 0.9),
+    ]
+    lines = summary(outcomes)
+    assert "carrying a prediction (point or measured range <= x1.44): 3 (75%, goal 90%)" in lines[0]
+    assert "1 of 3 applied (33%" in lines[1]
+    assert "bounds that held (applied <= X): 1 of 1 applied" in lines[2]
+    assert lines[3].endswith("slower than 0.97x: d")
