@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,14 @@ def fit_scenario(
     trainer = quiet_trainer(root, [*(callbacks_before or []), callback], **options)
     trainer.fit(model, train, val)
     return trainer, callback
+
+
+@pytest.fixture
+def busy_core() -> Iterator[None]:
+    """Another process keeps one core busy for a real fit (verdict tests must hold on a shared machine)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()

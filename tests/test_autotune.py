@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -209,9 +210,12 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
         timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RANK ") and " AUTOTUNE " in ln]
-    # raw_decode: the two ranks share one pipe, and another line may land right after a record
-    by_rank = {ln.split()[1]: json.JSONDecoder().raw_decode(ln.split(" AUTOTUNE ", 1)[1])[0] for ln in lines}
+    # the two ranks share one pipe: a record (one write(2)) may land after another rank's unfinished line, and
+    # another line right after it; each is found where it starts and read to the end of its JSON (raw_decode)
+    by_rank = {
+        m.group(1): json.JSONDecoder().raw_decode(proc.stdout, m.end())[0]
+        for m in re.finditer(r"RANK (\d+) AUTOTUNE ", proc.stdout)
+    }
     assert set(by_rank) == {"0", "1"}, proc.stdout[-3000:]
     zero, one = by_rank["0"], by_rank["1"]
     # only rank zero's choice was given; rank 1 applied it from the broadcast, at the same step

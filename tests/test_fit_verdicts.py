@@ -6,10 +6,7 @@ Pure tests on hand-built ledgers (fast), then real tiny Lightning fits with each
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -335,17 +332,6 @@ def test_shares_and_speedups_leave_out_the_diagnosis_itself() -> None:
 
 
 # ------------------------------------------------------------------------------------------- real fits
-
-
-@pytest.fixture(scope="module")
-def busy_core() -> Iterator[None]:
-    """Another process keeps one core busy for every real fit below (verdict tests must hold then)."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _fit(

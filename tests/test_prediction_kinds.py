@@ -8,9 +8,6 @@ classification and the short answer's shape.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,17 +19,6 @@ from lightning_bottleneck.output.text import LINE_WIDTH, MAX_LINES, MAX_NOTES, r
 from lightning_bottleneck.report import Finding, Recommendation, Report, StepTime
 
 from conftest import fit_scenario
-
-
-@pytest.fixture
-def busy_core() -> Iterator[None]:
-    """Another process keeps one core busy (verdict tests must hold on a shared machine)."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _printed(caplog: pytest.LogCaptureFixture) -> list[str]:

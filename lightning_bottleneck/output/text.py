@@ -102,18 +102,11 @@ def render_text(report: Report, full: bool = False, report_path: object = None, 
     note and the reason behind each figure. ``report_path``: where the JSON went (the last line points there)."""
     if full:
         return _render_full(report, report_path)
-    lines = [f"lightning-bottleneck: {headline(report)}", f"  {_step_line(report, shares=True)}"]
-    fit = fit_line(report)
-    if fit:
-        lines.append(f"  {fit}")
+    lines = _head(report, "lightning-bottleneck", shares=True)
     if report.findings:
         lines.append(f"  evidence: {_one_line(_finding(report.findings[0]))}")
     lines += _advice_lines(report.recommendations[:max_recs], "  ", reasons=False)
-    if report.autotune is not None:
-        lines.append(f"  autotune: {autotune_line(report.autotune)}")
-    ranks = _ranks_line(report)
-    if ranks:
-        lines.append(f"  {ranks}")
+    lines += _autotune_and_ranks(report)
     room = max(0, min(MAX_NOTES, MAX_LINES - len(lines) - 1))
     notes = report.notes[:room] if len(report.notes) <= room else report.notes[: max(0, room - 1)]
     lines += [f"  note: {_one_line(n)}" for n in notes]
@@ -125,10 +118,7 @@ def render_text(report: Report, full: bool = False, report_path: object = None, 
 
 
 def _render_full(report: Report, report_path: object) -> str:
-    lines = [f"lightning-bottleneck: {headline(report)}", f"  {_step_line(report)}"]
-    fit = fit_line(report)
-    if fit:
-        lines.append(f"  {fit}")
+    lines = _head(report, "lightning-bottleneck", shares=False)
     if report.breakdown:
         lines.append(f"  breakdown: {_shares(report)}")
     if report.findings:
@@ -137,16 +127,25 @@ def _render_full(report: Report, report_path: object) -> str:
     if report.recommendations:
         lines.append("  advice:")
         lines += _advice_lines(report.recommendations, "    ", reasons=True)
-    if report.autotune is not None:
-        lines.append(f"  autotune: {autotune_line(report.autotune)}")
-    ranks = _ranks_line(report)
-    if ranks:
-        lines.append(f"  {ranks}")
+    lines += _autotune_and_ranks(report)
     for note in report.notes:
         lines.append(f"  note: {note}")
     if report_path:
         lines.append(f"  report: {report_path}")
     return "\n".join(lines)
+
+
+def _head(report: Report, title: str, shares: bool) -> list[str]:
+    """The headline, the step line (``shares``: with the breakdown) and the fit line."""
+    lines = [f"{title}: {headline(report)}", f"  {_step_line(report, shares=shares)}"]
+    fit = fit_line(report)
+    return lines + ([f"  {fit}"] if fit else [])
+
+
+def _autotune_and_ranks(report: Report) -> list[str]:
+    lines = [f"  autotune: {autotune_line(report.autotune)}"] if report.autotune is not None else []
+    ranks = _ranks_line(report)
+    return lines + ([f"  {ranks}"] if ranks else [])
 
 
 def _finding(f: Finding) -> str:
@@ -202,10 +201,7 @@ def render_unchanged(report: Report, max_recs: int = 2, report_path: object = No
     """The end-of-fit answer when its verdict and first advice are those printed mid-run: the headline, the
     step and fit lines (the whole run's figures), the advice with its figures now, and where the rest is; the
     evidence, breakdown and notes were printed mid-run and are in the report (issue 28: not printed twice)."""
-    lines = [f"lightning-bottleneck (end of fit, as mid-run): {headline(report)}", f"  {_step_line(report)}"]
-    fit = fit_line(report)
-    if fit:
-        lines.append(f"  {fit}")
+    lines = _head(report, "lightning-bottleneck (end of fit, as mid-run)", shares=False)
     lines += _advice_lines(report.recommendations[:max_recs], "  ", reasons=False)
     if report.autotune is not None:
         lines.append(f"  autotune: {autotune_line(report.autotune)}")
