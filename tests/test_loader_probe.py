@@ -262,7 +262,9 @@ def test_a_short_probe_of_waiting_loads_goes_straight_to_the_worker_count_that_c
     assert zero is not None
     workers = sorted({r.num_workers for r in ladder.rungs if r.num_workers})
     assert workers and workers[0] >= target / zero.samples_per_s, ladder
-    assert any(r.samples_per_s >= 800.0 for r in ladder.rungs if r.num_workers), ladder
+    # the count it went to scales the waiting loads (4 workers: ~4x, ideally 1333 samples/s); at least 2x, not an
+    # absolute rate: a CI run on the busy 2-core VM timed 4 workers under 800 samples/s in the 1-second budget
+    assert any(r.samples_per_s >= 2.0 * zero.samples_per_s for r in ladder.rungs if r.num_workers), ladder
 
 
 def test_cpu_bound_loading_on_two_cores_reports_the_ceiling_and_cheaper_samples_first() -> None:
