@@ -23,12 +23,12 @@ class Category(str, Enum):
 
 class Provenance(str, Enum):
     """How a figure (a saving, a predicted speed-up) was obtained: carried by every candidate fix and every
-    ranked recommendation (its ``method``; ``value`` is what the JSON report carries)."""
+    ranked recommendation (its ``method``; ``value`` is what the JSON report carries). Whether the printed figure is
+    a prediction or a bound follows from it: :class:`PredictionKind`."""
 
     MEASURED = "measured"  # timed on this run: the loader probe, trial steps, the ledger's own timings
     COMPUTED = "computed"  # arithmetic on measured seconds (the ledger's parts, the trace's phases)
     ESTIMATED = "estimated"  # a share of the step times a named fraction (thresholds.py), not measured here
-    BOUND = "bound"  # an upper limit only ("up to X"), when the saving could not be measured
 
     def __str__(self) -> str:
         return self.value
@@ -47,11 +47,6 @@ class PredictionKind(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-    @property
-    def word(self) -> str:
-        """The kind in a word, as the terminal prints it."""
-        return {"measured": "measured", "measured_range": "measured range", "bound": "bound"}[self.value]
 
 
 class FindingKind(str, Enum):
