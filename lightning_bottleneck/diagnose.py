@@ -91,12 +91,12 @@ def diagnose(evidence: Evidence) -> Report:
     samples = step_time.samples if step_time else None
     verdict, ranking_notes = ranked_verdict(verdict, ranking, evidence, steps_profiled, from_trace, samples)
     primary, confidence = final_verdict(verdict, evidence, from_trace)
-    notes += ranking.notes + ranking_notes
     cause = fit_cause(ranking) if primary == Category.REST_OF_FIT else None
     findings = _findings(
         evidence, summary, verdict.findings + tried_findings(ranking), primary, median_ms, cause
     )
     recommendations = _recommendations(evidence, primary, findings, ranking)
+    notes += ranking.notes + ranking_notes  # after the advice: it notes what it left out under the noise band
 
     ranks = _rank_entries(evidence.summaries, summary, breakdown, primary)
     job = _job_verdict(ranks, summary, evidence, findings, recommendations, primary, breakdown, confidence)

@@ -180,3 +180,6 @@ def test_nothing_under_the_noise_band_is_advised() -> None:
     )  # no figure: what to look at
     out = ranked_recommendations([small, fine, looks], ranking)
     assert small not in out and fine in out and looks in out
+    assert ranking.notes == [
+        f"Not advised: num_workers=2 (t), {small.figure:.3f}x over the whole run, within the 3% noise band."
+    ]

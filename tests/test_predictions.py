@@ -350,7 +350,10 @@ def test_a_cpu_bound_loader_is_timed_with_the_real_step_and_the_advice_follows_t
         >= highest_now
     )
     advised = [r for r in report.recommendations if r.kind == "input" and "num_workers" in r.settings]
-    if clear:
+    under_band = [n for n in report.notes if n.startswith("Not advised: num_workers=") and "noise band" in n]
+    if clear and under_band:  # trained 1.10x faster, but the whole run's figure is within the noise band
+        assert not advised, (advised, under_band)
+    elif clear:
         assert best is not None and advised and advised[0].settings["num_workers"] == best.num_workers
         assert advised[0].evidence["in_training_samples_per_s"]["0"] == pytest.approx(
             now.samples_per_s, abs=0.1

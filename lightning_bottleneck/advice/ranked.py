@@ -209,9 +209,16 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
         return (1, -bucket.get(r.kind, 0.0), i)
 
     # never advise what cannot be told from no change (issue 28 item 3): a figure under the noise band, a point or
-    # a ceiling alike, is no reason to change a setting
-    return [
-        r
-        for _, r in sorted(enumerate(out), key=order)
-        if r.figure is None or r.figure >= 1 + T.NO_CHANGE_BAND
-    ]
+    # a ceiling alike, is no reason to change a setting; the report's notes say what was left out
+    ordered = [r for _, r in sorted(enumerate(out), key=order)]
+    for r in ordered:
+        if r.figure is not None and r.figure < 1 + T.NO_CHANGE_BAND and r.settings:
+            ranking.notes.append(
+                f"Not advised: {_settings_text(r)} ({r.title}), {r.figure:.3f}x over the whole run, within the "
+                f"{T.NO_CHANGE_BAND:.0%} noise band."
+            )
+    return [r for r in ordered if r.figure is None or r.figure >= 1 + T.NO_CHANGE_BAND]
+
+
+def _settings_text(r: Recommendation) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
