@@ -111,6 +111,11 @@ class Data(Dataset):
 
 
 class Tiny(pl.LightningModule):
+    #: Each training step sleeps this long: a step of a few ms, as any real model's. On 1 ms steps Lightning's own
+    #: loop code between the timed parts is 2% of the fit on a quiet machine and 3-8% with one core kept busy
+    #: (measured on these fits), against the ledger's 3% bound: the bound is for fits, not for 0.2 s toys.
+    STEP_SLEEP_S = 0.003
+
     def __init__(self, buffer_mb: int = 0, logs_per_step: int = 1) -> None:
         super().__init__()
         self.layer = torch.nn.Linear(16, 1)
@@ -119,6 +124,7 @@ class Tiny(pl.LightningModule):
             self.register_buffer("big", torch.zeros(buffer_mb << 18))  # float32: 4 bytes
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        time.sleep(self.STEP_SLEEP_S)
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         for i in range(self.logs_per_step):
@@ -238,10 +244,14 @@ def test_heavy_checkpoint_saves_are_checkpointing_with_seconds_per_save(tmp_path
     seconds = ledger.parts[FitPart.CHECKPOINTING]
     assert seconds >= TimedCheckpoint.seconds * 0.97
     assert seconds <= TimedCheckpoint.seconds + 0.05 * ledger.fit_s + 0.05
-    assert ledger.per_save_s() == pytest.approx(seconds / 4)
+    # a save's seconds are the saves' own (the part also holds ModelCheckpoint's per-step hooks, which saving
+    # less often leaves): on a busy machine the part came to more a save than the slowest save took
+    assert 0 < ledger.save_s <= seconds and ledger.per_save_s() == pytest.approx(ledger.save_s / 4)
     # each save's wall time bounds the spread: the fastest and slowest save, as the checkpoint timed them
-    assert min(TimedCheckpoint.each) * 0.97 <= ledger.save_min_s <= min(TimedCheckpoint.each) + 0.01
-    assert max(TimedCheckpoint.each) * 0.97 <= ledger.save_max_s <= max(TimedCheckpoint.each) + 0.01
+    # (within a scheduler slice, 10 ms, of that clock: with one core kept busy by another process, a save the
+    # checkpoint timed at 86 ms came out at 82 ms in the ledger, whose clock starts inside the checkpoint's)
+    assert min(TimedCheckpoint.each) - 0.01 <= ledger.save_min_s <= min(TimedCheckpoint.each) + 0.01
+    assert max(TimedCheckpoint.each) - 0.01 <= ledger.save_max_s <= max(TimedCheckpoint.each) + 0.01
     assert ledger.save_min_s <= ledger.per_save_s() <= ledger.save_max_s
     again = FitLedger.from_dict(ledger.to_dict())
     assert (again.save_min_s, again.save_max_s) == (ledger.save_min_s, ledger.save_max_s)
@@ -455,9 +465,11 @@ def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(tmp_path: P
     ledger._window_marks = [(0.1, 10)]  # the window has not closed
     assert ledger._window_extra_s(0.86, 50) == 0.0
 
-    # a real fit: the window's recorded steps (3 of 40: warmup 1, active 2) are slower than the others
-    # (torch.profiler records ~2000 ops each); that extra is booked to DIAGNOSIS and named in the report
-    _, cb, fit_ledger = _fit(tmp_path, model=_ManyOps(), max_steps=40, limit_val_batches=0)
+    # a real fit: the window's recorded steps (3 of 100: warmup 1, active 2) are slower than the others
+    # (torch.profiler records ~2000 ops each); that extra is booked to DIAGNOSIS and named in the report. The
+    # steps after the window share the CPUs with the trace's analysis (a child process): on 40 steps with one
+    # core kept busy that raised the outside mean enough to hide the extra; on 100 it is diluted 2.5x
+    _, cb, fit_ledger = _fit(tmp_path, model=_ManyOps(), max_steps=100, limit_val_batches=0)
     live = cb.report.metrics["ledger"]
     extra = fit_ledger.profiled_extra_s
     assert extra > 0 and live["profiled_extra_s"] == extra, live
@@ -474,14 +486,16 @@ def test_a_validation_run_counts_the_logging_it_triggers(tmp_path: Path) -> None
     SlowLogger.slept = Slept()
     _, _, ledger = _fit(
         tmp_path,
-        train=Data(320),
+        train=Data(640),
         val=Data(16),
         logger=SlowLogger(str(tmp_path), name="csv"),
         log_every_n_steps=1000,  # no training-step writes: every logger write comes from a validation run
-        max_steps=40,
+        # 80 steps, a 0.8 s fit: a 40-step fit's 0.4 s put one 10-16 ms preemption (one core kept busy) over
+        # the 3% unaccounted bound
+        max_steps=80,
         val_check_interval=5,
     )
-    assert ledger.validation_runs >= 7
+    assert ledger.validation_runs >= 15
     slept = SlowLogger.slept.seconds
     assert slept > 0 and ledger.parts[FitPart.LOGGING] >= slept * 0.97
     assert ledger.validation_wall_s >= ledger.parts[FitPart.VALIDATION] + slept * 0.9, ledger.to_dict()

@@ -350,7 +350,8 @@ def test_a_cpu_bound_loader_is_timed_with_the_real_step_and_the_advice_follows_t
         >= highest_now
     )
     advised = [r for r in report.recommendations if r.kind == "input" and "num_workers" in r.settings]
-    under_band = [n for n in report.notes if n.startswith("Not advised: num_workers=") and "noise band" in n]
+    # left out under the noise band: by the ranking (the whole run) or by the loader plan (its interim setting)
+    under_band = [n for n in report.notes if "Not advised: num_workers=" in n and "noise band" in n]
     if clear and under_band:  # trained 1.10x faster, but the whole run's figure is within the noise band
         assert not advised, (advised, under_band)
     elif clear:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.categories import PredictionKind, Provenance
 from lightning_bottleneck.report import Recommendation
+from lightning_bottleneck.rules.noise_band import band_words
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Candidate, Ranking
@@ -214,8 +215,8 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
     for r in ordered:
         if r.figure is not None and r.figure < 1 + T.NO_CHANGE_BAND and r.settings:
             ranking.notes.append(
-                f"Not advised: {_settings_text(r)} ({r.title}), {r.figure:.3f}x over the whole run, within the "
-                f"{T.NO_CHANGE_BAND:.0%} noise band."
+                f"Not advised: {_settings_text(r)} ({r.title}), {r.figure:.3f}x over the whole run, "
+                f"{band_words(r.figure)}."
             )
     return [r for r in ordered if r.figure is None or r.figure >= 1 + T.NO_CHANGE_BAND]
 

@@ -69,6 +69,10 @@ class FitLedger:
     # (page cache, fresh buffer pages), which bounds a fewer-saves lever
     save_min_s: float = 0.0
     save_max_s: float = 0.0
+    # the saves' own wall seconds, summed (0: not recorded): the CHECKPOINTING part also holds the checkpoint
+    # callbacks' per-step hooks, which saving less often does not remove (on a busy machine a 4-save fit's part
+    # came to more seconds a save than its slowest save took)
+    save_s: float = 0.0
     log_calls: int = 0  # logger.log_metrics calls (the LOGGING part is all logging work)
     self_log_calls: int = 0  # LightningModule.log / log_dict calls (inside the steps, on_step and on_epoch)
     self_log_s: float = 0.0  # split of LOGGING: seconds inside self.log / self.log_dict (incl. sync_dist)
@@ -106,7 +110,9 @@ class FitLedger:
     def per_save_s(self) -> float:
         """Seconds per checkpoint save."""
         saves = self.checkpoint_saves
-        return self.parts[FitPart.CHECKPOINTING] / saves if saves else 0.0
+        if not saves:
+            return 0.0
+        return (self.save_s or self.parts[FitPart.CHECKPOINTING]) / saves
 
     def largest_outside_part(self) -> FitPart | None:
         """The part outside the training step with the most seconds (None when none took any time)."""
@@ -130,6 +136,7 @@ class FitLedger:
             "checkpoint_saves": self.checkpoint_saves,
             "save_min_s": self.save_min_s,
             "save_max_s": self.save_max_s,
+            "save_s": self.save_s,
             "log_calls": self.log_calls,
             "self_log_calls": self.self_log_calls,
             "self_log_s": self.self_log_s,
@@ -157,6 +164,7 @@ class FitLedger:
             checkpoint_saves=int(d.get("checkpoint_saves", 0)),
             save_min_s=float(d.get("save_min_s", 0.0)),
             save_max_s=float(d.get("save_max_s", 0.0)),
+            save_s=float(d.get("save_s", 0.0)),
             log_calls=int(d.get("log_calls", 0)),
             profiled_extra_s=float(d.get("profiled_extra_s", 0.0)),
             self_log_calls=int(d.get("self_log_calls", 0)),
@@ -199,6 +207,7 @@ def merge_ranks(ledgers: list[FitLedger]) -> FitLedger:
         checkpoint_saves=max(x.checkpoint_saves for x in ledgers),
         save_min_s=min((x.save_min_s for x in ledgers if x.save_min_s > 0), default=0.0),
         save_max_s=max(x.save_max_s for x in ledgers),
+        save_s=max(x.save_s for x in ledgers),
         log_calls=max(x.log_calls for x in ledgers),
         self_log_calls=max(x.self_log_calls for x in ledgers),
         self_log_s=max(x.self_log_s for x in ledgers),

@@ -111,6 +111,7 @@ class LiveLedger:
         self.validation_run_walls: list[float] = []  # each validation run's wall seconds (8 bytes a run)
         self.save_min_s: float | None = None  # the fastest and slowest checkpoint save (wall seconds)
         self.save_max_s = 0.0
+        self.save_s = 0.0  # the saves' wall seconds, summed (their min <= mean <= max, unlike the part's)
         self.actions = ActionClassifier(self)  # action name -> slot, and the other callbacks' hook slots
         self._patched: list[tuple[Any, str]] = []
         self._compile_s0 = _compile_seconds()
@@ -303,6 +304,7 @@ class LiveLedger:
             checkpoint_saves=c.calls[self.s_save],
             save_min_s=self.save_min_s or 0.0,
             save_max_s=self.save_max_s,
+            save_s=self.save_s,
             log_calls=c.calls[self.s_log_metrics],
             self_log_calls=c.calls[self.s_self_log],
             self_log_s=c.acc[self.s_self_log],

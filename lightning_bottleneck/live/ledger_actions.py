@@ -50,6 +50,7 @@ class _Save:
         led.clock.exit()
         led.save_min_s = seconds if led.save_min_s is None else min(led.save_min_s, seconds)
         led.save_max_s = max(led.save_max_s, seconds)
+        led.save_s += seconds
 
 
 class _Epoch:

@@ -27,7 +27,9 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
     steps = ledger.train_steps
     if saves <= 0 or ckpt <= 0 or steps <= 0:
         return []
-    per = ckpt / saves
+    # the saves themselves: fewer saves or a background writer leave the checkpoint callbacks' per-step hooks
+    per = ledger.per_save_s()
+    saves_s = per * saves
     out: list[FitLever] = []
     k = growth_factor(ckpt, ledger.own_fit_s())
     interval = max(1, round(steps / saves))
@@ -43,8 +45,8 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             if lo > 0 and hi >= lo * T.SAVE_SPREAD_RANGE_MIN:
                 # the saves left may be of the slow kind or the fast: bound both ways (SAVE_SPREAD_RANGE_MIN)
                 spread = {
-                    "saved_low_s": round(max(0.0, ckpt - new_saves * hi), 6),
-                    "saved_high_s": round(max(avoided * per, ckpt - new_saves * lo), 6),
+                    "saved_low_s": round(max(0.0, saves_s - new_saves * hi), 6),
+                    "saved_high_s": round(max(avoided * per, saves_s - new_saves * lo), 6),
                     "save_min_s": round(lo, 6),
                     "save_max_s": round(hi, 6),
                     "range_why": (
@@ -59,7 +61,7 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     MODEL_CHECKPOINT,
                     avoided * per,
                     Provenance.COMPUTED,
-                    f"{saves} checkpoint saves took {seconds_text(ckpt)} ({seconds_text(per)} each); saving every {new} steps "
+                    f"{saves} checkpoint saves took {seconds_text(saves_s)} ({seconds_text(per)} each); saving every {new} steps "
                     f"instead of every {interval} avoids {avoided}: {avoided} x {seconds_text(per)}",
                     f"a crash loses up to {new} training steps instead of {interval}",
                     {
@@ -76,9 +78,9 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             FitPart.CHECKPOINTING,
             {"plugins": "AsyncCheckpointIO"},
             TRAINER,
-            ckpt * T.ASYNC_CHECKPOINT_RECOVERABLE,
+            saves_s * T.ASYNC_CHECKPOINT_RECOVERABLE,
             Provenance.ESTIMATED,
-            f"{saves} saves took {seconds_text(ckpt)} on the training thread; writing them on a background thread "
+            f"{saves} saves took {seconds_text(saves_s)} on the training thread; writing them on a background thread "
             f"hides about {T.ASYNC_CHECKPOINT_RECOVERABLE:.0%} of that (not measured on this run)",
             "the latest checkpoint file is complete a moment after the step that saved it",
             {"per_save_s": round(per, 6)},
