@@ -172,7 +172,8 @@ def test_a_fit_with_the_probe_trains_exactly_like_one_without(tmp_path: Path) ->
 def test_the_probe_times_the_training_step_back_to_back_on_one_batch() -> None:
     """Issue 19, io_wait: the step beside in-process loading that sleeps took 13 ms, back-to-back ~1 ms, and no
     trial runs on an input-bound run to tell. Given the model's step, the probe times it back-to-back on one of its
-    own batches (``LoaderLadder.step_ms``), also for loading that waits (no timing with the workers then)."""
+    own batches (``LoaderLadder.step_ms``), also for loading that waits; then (issue 28) the current count and the
+    count the ladder found fastest feed that step: the advised count's rate with the step is measured."""
     model = _Tiny()
     batches: list[int] = []
     loader = DataLoader(Sleepy(256, delay_s=0.003), batch_size=8)
@@ -183,9 +184,18 @@ def test_the_probe_times_the_training_step_back_to_back_on_one_batch() -> None:
             step(batch)
 
         ladder = probe_loader(loader, budget_s=2.0, usable_cpus=2, train_step=counted)
-    assert ladder.bound == BOUND_WAIT and not ladder.in_training, ladder
+    assert ladder.bound == BOUND_WAIT, ladder
     assert ladder.step_ms is not None and 0 < ladder.step_ms < 8 * 3.0, ladder  # below one batch's sleeps
-    assert len(batches) == 1 + STEP_ALONE_STEPS and len(set(batches)) == 1  # a warm-up, then the timed steps
+    alone = batches[: 1 + STEP_ALONE_STEPS]
+    assert len(set(alone)) == 1  # a warm-up, then the timed steps, on one batch
+    # with the step: the current count, the ladder's fastest (no target: nothing to cover), the current again
+    fastest = max((r for r in ladder.rungs if r.num_workers), key=lambda r: r.samples_per_s).num_workers
+    assert [r.num_workers for r in ladder.in_training][:3] == [0, fastest, 0], ladder
+    now, new = ladder.in_training_rung(0), ladder.in_training_rung(fastest)
+    # waiting loads scale with the workers, beside the step too (2 workers: 1.96x; 70% of that scaling at least)
+    assert now is not None and new is not None, ladder
+    assert new.samples_per_s >= 0.7 * fastest * now.samples_per_s, ladder
+    assert len(batches) > len(alone)  # the timed rungs fed the step their own batches
     assert "back-to-back" in str(ladder)
     assert LoaderLadder.from_dict(ladder.to_dict()).step_ms == pytest.approx(ladder.step_ms, abs=1e-3)
     assert probe_loader(loader, budget_s=0.5, usable_cpus=2).step_ms is None  # no step given: not timed

@@ -449,3 +449,33 @@ def test_cpu_without_native_bf16_says_why_bf16_is_not_tried() -> None:
         assert any(r.settings.get("precision") == "bf16-mixed" for r in report.recommendations) is not said
         if said:
             assert "no native bf16" in render_text(report)
+
+
+def test_waiting_loads_are_predicted_from_the_count_timed_with_the_step_unless_it_was_timed_too_briefly() -> (
+    None
+):
+    """Issue 28 item 2: with loading that waits, the advised count is timed feeding the model's own step; the
+    point is then those rates' ratio (io_wait: 4.48x from the loader alone and the median step, 6.69x applied).
+    A count timed too briefly (its prefetch queue not drained) is no evidence: the loader alone decides, said so."""
+    bimodal = [4.0] * 12 + [13.0] * 20  # the step's own time spreads: from the loader alone, a range
+    cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
+
+    def plan(rough: bool) -> Any:
+        ladder = _sleepy_ladder()
+        ladder.in_training = [Rung(0, None, 300.0, 0.05, None, None, 6, 0.25),
+                              Rung(8, 2, 2250.0, 0.2, None, None, 40, 0.3, rough),
+                              Rung(0, None, 310.0, 0.05, None, None, 6, 0.25)]  # fmt: skip
+        return plan_from_timing(ladder, cfg, _sleepy_timing(bimodal), 32)
+
+    timed = plan(rough=False)
+    (rec,) = [r for r in loader_recommendations(timed, cfg) if "num_workers" in r.settings]
+    assert rec.settings["num_workers"] == 8 and rec.expected_speedup_range is None, rec  # a point
+    assert rec.evidence["in_training_samples_per_s"] == {"0": 305.0, "8": 2250.0}
+    assert "feeding the model's own step" in " ".join(timed.notes)
+    steps = 32
+    step_s = sorted(_sleepy_timing(bimodal).step_ms)[16] / 1e3
+    assert rec.expected_speedup == pytest.approx(steps * step_s / (steps * step_s * 305.0 / 2250.0), rel=0.05)
+    brief = plan(rough=True)
+    (rec,) = [r for r in loader_recommendations(brief, cfg) if "num_workers" in r.settings]
+    assert "in_training_samples_per_s" not in rec.evidence and rec.expected_speedup_range is not None, rec
+    assert any("too briefly to count" in n and "the loader alone's" in n for n in brief.notes), brief.notes

@@ -74,9 +74,10 @@ def climb(
     deadline: float,
     seed: int,
     reserve: float = 0.0,
+    wait_reserve: float = 0.0,
 ) -> None:
-    """Climb the ladder onto ``ladder.rungs`` (see the module docstring); with CPU-bound loading, a share
-    ``reserve`` of the budget is left for timing with the step."""
+    """Climb the ladder onto ``ladder.rungs`` (see the module docstring); a share of the budget is left for
+    timing with the step: ``reserve`` with CPU-bound loading, ``wait_reserve`` with loading that waits."""
     budget = deadline - start
     batch_bytes: list[int] = []
     zero = time_rung(plan, 0, None, deadline, budget, seed, ladder, batch_bytes)
@@ -84,8 +85,9 @@ def climb(
         return
     ladder.rungs.append(zero)
     ladder.bound = _bound(zero)
-    if reserve and ladder.bound == BOUND_CPU:  # the rest of the budget times worker counts with the step
-        budget *= 1.0 - reserve
+    kept = {BOUND_CPU: reserve, BOUND_WAIT: wait_reserve}.get(ladder.bound, 0.0)
+    if kept:  # the rest of the budget times worker counts with the step
+        budget *= 1.0 - kept
         deadline = start + budget
     best = zero
     covered = target is not None and zero.samples_per_s >= target

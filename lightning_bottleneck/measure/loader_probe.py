@@ -47,15 +47,17 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, LoaderLadder
+from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder
 from lightning_bottleneck.measure.cpus import usable_cpus as _usable_cpus
 from lightning_bottleneck.measure.loader_climb import climb
 from lightning_bottleneck.measure.loader_factory import plan_probe
 from lightning_bottleneck.measure.loader_with_step import (
     IN_TRAINING_SHARE,
     STEP_ALONE_SHARE,
+    WAIT_IN_TRAINING_SHARE,
     time_in_training,
     time_step_alone,
+    wait_bound_candidate,
 )
 
 __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_MEMORY_BUDGET_BYTES", "probe_loader"]
@@ -90,8 +92,9 @@ def probe_loader(
         memory_budget_bytes: rungs whose batches in flight would exceed this are skipped with a note.
         seed: seed of the probe's own sampler and worker seeds (never the global RNG).
         train_step: runs the model's training step on a batch from the probe's loader and leaves training
-            untouched; when given and loading is CPU-bound, worker counts are also timed with the step
-            (:attr:`LoaderLadder.in_training`). The caller restores the model (see the module docstring).
+            untouched; when given, worker counts are also timed with the step (:attr:`LoaderLadder.in_training`):
+            with CPU-bound loading the current count, the cores and twice that; with loading that waits, the
+            current count and the one the ladder found covering the model. The caller restores the model (see the module docstring).
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")
@@ -111,6 +114,7 @@ def probe_loader(
         # torch warns when workers exceed its suggested maximum: the probe tries exactly that on purpose.
         warnings.filterwarnings("ignore", ".*worker processes in total.*")
         reserve = IN_TRAINING_SHARE if train_step is not None else 0.0
+        wait_reserve = WAIT_IN_TRAINING_SHARE if train_step is not None else 0.0
         if train_step is not None:
             time_step_alone(plan, ladder, train_step, seed, start + STEP_ALONE_SHARE * budget_s)
         climb(
@@ -124,9 +128,25 @@ def probe_loader(
             deadline,
             seed,
             reserve,
+            wait_reserve,
         )
         if train_step is not None and ladder.bound == BOUND_CPU and ladder.rung(0) is not None:
             time_in_training(plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed)
+        elif train_step is not None and ladder.bound == BOUND_WAIT:
+            # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
+            w = wait_bound_candidate(ladder, target_samples_per_s, current)
+            if w is not None:
+                time_in_training(
+                    plan,
+                    ladder,
+                    cpus,
+                    current,
+                    train_step,
+                    memory_budget_bytes,
+                    deadline,
+                    seed,
+                    candidates=[w],
+                )
     ladder.elapsed_s = time.perf_counter() - start
     ladder.skipped = not ladder.rungs
     return ladder

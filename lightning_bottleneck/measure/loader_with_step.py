@@ -5,7 +5,9 @@ Given ``train_step`` (a function that runs the model's step on a batch and leave
 batch (:attr:`LoaderLadder.step_ms`). When loading is CPU-bound, the worker counts worth trying then feed the
 step, so workers and step compete for the cores as they will in training, and the rate is what the run gets
 (issue 19: the loader alone measured 1.2-2x for worker counts that trained at 0.74-0.99x on 2 cores):
-:attr:`LoaderLadder.in_training`.
+:attr:`LoaderLadder.in_training`. When loading waits (I/O, sleeps), the count the ladder found covering the model
+feeds the step beside the current one (issue 28: how fast the step runs once loading leaves the process was a
+range between its median and its back-to-back time; now it is measured).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ __all__ = [
     "IN_TRAINING_SHARE",
     "STEP_ALONE_SHARE",
     "STEP_ALONE_STEPS",
+    "WAIT_IN_TRAINING_SHARE",
     "time_in_training",
     "time_step_alone",
+    "wait_bound_candidate",
 ]
 
 # Share of the budget kept for timing worker counts with the training step (CPU-bound loading, a train_step
@@ -33,6 +37,10 @@ __all__ = [
 # laptop), so 40% of the budget suffices for it, and the in-training rungs (the current count twice, the core
 # count, twice the core count), which must each drain the workers' prefetch queue before timing, get 60%.
 IN_TRAINING_SHARE = 0.6
+# The same when loading waits (I/O, sleeps; issue 28: the advised count timed with the step in every case): the
+# ladder climbs to the count that covers the model, which needs the larger share; the step then times two rungs
+# (the current count twice, the advised one), each draining the prefetch queue first.
+WAIT_IN_TRAINING_SHARE = 0.4
 # Worker counts up to this multiple of the usable cores are timed with the step: more workers than cores
 # cannot speed CPU-bound loading alone, but in training they take a larger share of the cores from the
 # step's threads (the scheduler shares per thread), which can pay when loading is the longer part; at most
@@ -77,15 +85,16 @@ def time_in_training(
     memory_budget: int,
     deadline: float,
     seed: int,
+    candidates: list[int] | None = None,
 ) -> None:
-    """Time the current worker count, the usable core count and twice that with the training step, then the
-    current count again (its two timings are averaged, so that drift over the measurement cancels), then the
-    fastest other count again when it beat both timings of the current (a win from one short timing is often
-    the machine's noise, see :func:`_to_confirm`)."""
-    counts = sorted(
-        {min(w, WAIT_BOUND_MAX_WORKERS) for w in (max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus))}
-        - {current}
-    )
+    """Time the current worker count, the usable core count and twice that with the training step (or the given
+    ``candidates``), then the current count again (its two timings are averaged, so that drift over the
+    measurement cancels), then the fastest other count again when it beat both timings of the current (a win from
+    one short timing is often the machine's noise, see :func:`_to_confirm`)."""
+    given = candidates is not None
+    if candidates is None:
+        candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
+    counts = sorted({min(w, WAIT_BOUND_MAX_WORKERS) for w in candidates} - {current})
     order = [current, *counts, current]
     budget = max(0.0, deadline - time.perf_counter())
     batch_bytes: list[int] = []
@@ -112,7 +121,9 @@ def time_in_training(
             w,
             2 if w else None,
             time.perf_counter() + share,
-            budget,
+            # given candidates (waiting loads), a rung gets its whole share: many waiting workers take most of a
+            # capped one to start (io_wait's 16 timed 0.06 s after 0.35 s of start-up, too briefly to count)
+            budget if not given else float("inf"),
             seed,
             ladder,
             batch_bytes,
@@ -127,6 +138,17 @@ def time_in_training(
                 order.append(again)
     if ladder.in_training_rung(current) is None:
         ladder.in_training.clear()
+
+
+def wait_bound_candidate(ladder: LoaderLadder, target: float | None, current: int) -> int | None:
+    """The worker count to time with the step when loading waits (I/O, sleeps): the smallest the loader-alone
+    ladder found covering the model's ``target`` rate, else its fastest; None when that is the current count."""
+    rungs = [r for r in ladder.rungs if r.num_workers > 0]
+    if not rungs:
+        return None
+    covering = sorted(r.num_workers for r in rungs if target is not None and r.samples_per_s >= target)
+    w = covering[0] if covering else max(rungs, key=lambda r: r.samples_per_s).num_workers
+    return None if w == current else w
 
 
 def _to_confirm(ladder: LoaderLadder, current: int) -> int | None:

@@ -14,6 +14,7 @@ from lightning_bottleneck.categories import (
 )
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.rules.candidates import Candidate, Ranking, RunAccount, estimate, share_of
+from lightning_bottleneck.rules.loader_choice import LoaderAdvice
 from lightning_bottleneck.rules.loader_pace import step_cores_from_window
 from lightning_bottleneck.rules.loader_plan import plan_from_timing, plan_loader
 from lightning_bottleneck.stats import median
@@ -135,7 +136,10 @@ def _measured_loader(
         if rec.expected_speedup and rec.expected_speedup > 1.0:
             saved = eff * (1 - 1 / rec.expected_speedup)
             method, basis = Provenance.MEASURED, "the loader probe's ladder on this run's own DataLoader"
-            if plan.covered is False:
+            timed = "in_training_samples_per_s" in rec.evidence and rec.advice == LoaderAdvice.WORKERS_TIMED
+            if timed:
+                basis += ", each worker count feeding the model's own training step"
+            elif plan.covered is False:
                 basis += (
                     f" (its settings alone; the loader tops out at {ladder.ceiling_samples_per_s:.0f} "
                     f"samples/s, so cheaper samples can save up to the whole {wait:.0%} data wait)"

@@ -49,6 +49,7 @@ from lightning_bottleneck.rules.loader_pace import (
     rung_for,
     shares_cores,
     shares_cores_well,
+    timed_with_step,
     usable_cpu_count,
     usable_rungs,
 )
@@ -271,7 +272,15 @@ def _choose(
     chosen: Rung | None = None
     covers_now = rung_now is not None and consumption is not None and covers(rung_now, consumption)
     # Worker counts timed with the training step (CPU model, CPU-bound loading): what the run gets, measured.
-    trained_now = ladder.in_training_rung(w_now) if shares_cores(current, ladder) else None
+    trained_now = ladder.in_training_rung(w_now) if timed_with_step(current, ladder) else None
+    if trained_now is not None and not shares_cores(current, ladder) and not _timed_others(ladder, w_now):
+        # waiting loads whose advised count was timed too briefly with the step: the loader alone decides
+        plan.notes.append(
+            "Timed with the training step, but too briefly to count: "
+            + ", ".join(f"num_workers={r.num_workers}" for r in ladder.in_training if r.num_workers != w_now)
+            + "; the figure is the loader alone's (raise loader_budget_s to time it with the step)."
+        )
+        trained_now = None
     if steady_input and consumption is not None and not covers_now and trained_now is not None:
         plan.covered = any(covers(r, consumption) for r in ladder.rungs)
         chosen = pick_in_training(ladder, trained_now, plan.notes)
@@ -293,6 +302,11 @@ def _choose(
             # predicted from the loader alone (no worker count timed with the step applies)
             trained_now = None
     return chosen, trained_now
+
+
+def _timed_others(ladder: LoaderLadder, w_now: int) -> bool:
+    """Another worker count than the current one was timed with the step long enough to count."""
+    return any(r.num_workers != w_now and not r.rough for r in ladder.in_training)
 
 
 def _choose_from_the_loader_alone(now: _Now, plan: LoaderPlan, consumption: float) -> Rung | None:
