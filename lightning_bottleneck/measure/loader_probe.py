@@ -54,6 +54,7 @@ from lightning_bottleneck.measure.loader_factory import plan_probe
 from lightning_bottleneck.measure.loader_with_step import (
     IN_TRAINING_SHARE,
     STEP_ALONE_SHARE,
+    WAIT_IN_TRAINING_MIN_BUDGET_S,
     WAIT_IN_TRAINING_SHARE,
     time_in_training,
     time_step_alone,
@@ -114,7 +115,11 @@ def probe_loader(
         # torch warns when workers exceed its suggested maximum: the probe tries exactly that on purpose.
         warnings.filterwarnings("ignore", ".*worker processes in total.*")
         reserve = IN_TRAINING_SHARE if train_step is not None else 0.0
-        wait_reserve = WAIT_IN_TRAINING_SHARE if train_step is not None else 0.0
+        wait_reserve = (
+            WAIT_IN_TRAINING_SHARE
+            if train_step is not None and budget_s >= WAIT_IN_TRAINING_MIN_BUDGET_S
+            else 0.0
+        )
         if train_step is not None:
             time_step_alone(plan, ladder, train_step, seed, start + STEP_ALONE_SHARE * budget_s)
         climb(
@@ -134,7 +139,7 @@ def probe_loader(
             time_in_training(plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed)
         elif train_step is not None and ladder.bound == BOUND_WAIT:
             # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
-            w = wait_bound_candidate(ladder, target_samples_per_s, current)
+            w = wait_bound_candidate(ladder, target_samples_per_s, current, deadline - time.perf_counter())
             if w is not None:
                 time_in_training(
                     plan,

@@ -26,6 +26,7 @@ __all__ = [
     "IN_TRAINING_SHARE",
     "STEP_ALONE_SHARE",
     "STEP_ALONE_STEPS",
+    "WAIT_IN_TRAINING_MIN_BUDGET_S",
     "WAIT_IN_TRAINING_SHARE",
     "time_in_training",
     "time_step_alone",
@@ -41,6 +42,11 @@ IN_TRAINING_SHARE = 0.6
 # ladder climbs to the count that covers the model, which needs the larger share; the step then times two rungs
 # (the current count twice, the advised one), each draining the prefetch queue first.
 WAIT_IN_TRAINING_SHARE = 0.4
+# ... only from this budget on: below it the climb needs the whole budget to reach a covering count (issue 29's
+# io_wait with a 1 s probe: 0.6 s left to the climb was spent at num_workers=0, and no loader advice was given).
+# The timing with the step then runs only if what the climb left holds the current count twice and the candidate
+# (its start-up and MIN_MEASURE_S each).
+WAIT_IN_TRAINING_MIN_BUDGET_S = 2.0
 # Worker counts up to this multiple of the usable cores are timed with the step: more workers than cores
 # cannot speed CPU-bound loading alone, but in training they take a larger share of the cores from the
 # step's threads (the scheduler shares per thread), which can pay when loading is the longer part; at most
@@ -140,15 +146,28 @@ def time_in_training(
         ladder.in_training.clear()
 
 
-def wait_bound_candidate(ladder: LoaderLadder, target: float | None, current: int) -> int | None:
+def wait_bound_candidate(
+    ladder: LoaderLadder, target: float | None, current: int, left_s: float | None = None
+) -> int | None:
     """The worker count to time with the step when loading waits (I/O, sleeps): the smallest the loader-alone
-    ladder found covering the model's ``target`` rate, else its fastest; None when that is the current count."""
+    ladder found covering the model's ``target`` rate, else its fastest; None when that is the current count, or
+    when ``left_s`` seconds cannot time it and the current count twice (a note says so)."""
     rungs = [r for r in ladder.rungs if r.num_workers > 0]
     if not rungs:
         return None
     covering = sorted(r.num_workers for r in rungs if target is not None and r.samples_per_s >= target)
     w = covering[0] if covering else max(rungs, key=lambda r: r.samples_per_s).num_workers
-    return None if w == current else w
+    if w == current:
+        return None
+    rung = ladder.rung(w)
+    need = 3 * MIN_MEASURE_S + (rung.startup_s if rung is not None else 0.0)
+    if left_s is not None and left_s < need:
+        ladder.notes.append(
+            f"num_workers={w} was not timed with the training step: {left_s:.1f} s of the probe's budget was left, "
+            f"{need:.1f} s needed (raise loader_budget_s)."
+        )
+        return None
+    return w
 
 
 def _to_confirm(ladder: LoaderLadder, current: int) -> int | None:
