@@ -77,6 +77,46 @@ def test_an_overhead_fit_without_trials_prints_compile_as_a_bound_never_as_a_pre
     assert "estimated from the trace" in render_text(report, full=True)
 
 
+def test_a_bigger_batch_is_timed_on_the_batch_repeated_and_printed_as_measured(tmp_path: Path) -> None:
+    """Issue 28 item 2: the trials time forward+backward on the batch repeated BATCH_GROWTH times; the advice's
+    point is the step per sample with that timing (the optimizer and hooks paid once per step), printed as measured.
+    Before, "Use a bigger batch" was a bound from the trace's shares ("up to 2.00x"; tiny_linear applied 1.87x)."""
+    kwargs = {"trial_budget_s": 3.0, "compile_budget_s": 0}
+    _, cb = fit_scenario("overhead", tmp_path, max_steps=30, callback_kwargs=kwargs)
+    report = cb.report
+    assert report is not None and report.primary == Category.OVERHEAD
+    trial = next(r for r in report.metrics["trials"]["results"] if r["name"] == "batch_size=16")
+    assert trial["settings"] == {"batch_size": 16}  # the scenario's batch_size=8, doubled
+    rec = next(r for r in report.recommendations if "batch_size" in r.settings)
+    if trial["unconfirmed"] or not trial["recommended"]:  # timed while the machine was busy, or no faster
+        assert rec.prediction_kind == PredictionKind.BOUND, rec
+        return
+    # per sample: the lever's step did twice the samples (a ratio of raw step times would read ~1x)
+    assert trial["measured_speedup"] == pytest.approx(2 * trial["baseline_ms"] / trial["lever_ms"], rel=0.35)
+    assert rec.method == Provenance.MEASURED and rec.prediction_kind == PredictionKind.MEASURED, rec
+    assert rec.expected_speedup_range is None and rec.expected_speedup is not None
+    assert 1.0 + T.NO_CHANGE_BAND <= rec.expected_speedup <= T.BATCH_GROWTH  # never more than the batch grows
+    assert f"{rec.expected_speedup:.2f}x (measured)" in rec.speedup_text
+    assert "per sample on this model" in rec.basis
+
+
+def test_the_batch_repeated_keeps_its_structure() -> None:
+    import torch
+
+    from lightning_bottleneck.measure.trial_levers import _batch_rows, _grown
+
+    batch = {
+        "x": torch.arange(6.0).reshape(3, 2),
+        "y": (torch.arange(3), "label"),
+        "scale": torch.tensor(2.0),
+    }
+    assert _batch_rows(batch) == 3
+    grown = _grown(batch, 3, 2)
+    assert torch.equal(grown["x"], torch.cat([batch["x"], batch["x"]])) and grown["y"][1] == "label"
+    assert grown["y"][0].tolist() == [0, 1, 2, 0, 1, 2] and grown["scale"].dim() == 0
+    assert _batch_rows([torch.zeros(3, 1), torch.zeros(4)]) is None  # no common sample count: no bigger batch
+
+
 def test_a_cpu_bound_loader_on_two_busy_cores_gets_no_worker_count(tmp_path: Path, busy_core: None) -> None:
     """numpy work per sample, the model training on the same 2 cores, one of them kept busy by another process:
     workers compete with the step for the one free core. Whatever the probe times, nothing it measured no faster

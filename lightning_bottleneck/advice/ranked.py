@@ -69,6 +69,7 @@ TRIAL_SNIPPETS = {
     "float32_matmul_precision": 'torch.set_float32_matmul_precision("{v}")',
     "channels_last": "model = model.to(memory_format=torch.channels_last)  # and the inputs",
     "compile": "model = torch.compile(model)",
+    "batch_size": "DataLoader(dataset, batch_size={v})  # the learning rate may need retuning",
 }
 
 
@@ -190,7 +191,10 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
             )  # fmt: skip
             low = ranking.account.speedup(size.saved_ms_per_step) or size.speedup
             r.expected_speedup = low
-            if low:
+            if size.method == Provenance.MEASURED:  # timed on this model (a bigger batch's trial): a point
+                r.measured_speedup = size.measured_speedup
+                r.expected_speedup_range, r.uncertainty = None, ""
+            elif low:
                 r.expected_speedup_range = (low, max(low, float(size.evidence["speedup_max"])))
                 r.uncertainty = (
                     "estimated from the trace, not measured on this run: from the per-sample work growing with "

@@ -18,6 +18,7 @@ from torch import nn
 
 from lightning_bottleneck.measure.cpus import cpu_has_bf16
 from lightning_bottleneck.measure.trial_state import restored_globals
+from lightning_bottleneck.thresholds import BATCH_GROWTH
 
 __all__ = ["Lever", "baseline_context", "levers_for", "select_levers"]
 
@@ -31,6 +32,8 @@ class Lever:
     context: Callable[[], contextlib.AbstractContextManager[Any]]
     transform_batch: Callable[[Any], Any] | None = None
     compile: bool = False
+    #: the lever's batch holds this many times the samples (a bigger batch): its speed-up is per sample
+    samples_factor: int = 1
 
 
 def _autocast(device_type: str, dtype: torch.dtype) -> Callable[[], contextlib.AbstractContextManager[Any]]:
@@ -95,6 +98,18 @@ def levers_for(
                 {"channels_last": True},
                 base,
                 transform_batch=_to_channels_last,
+            )
+        )
+    rows = _batch_rows(batch)
+    if rows:  # a bigger batch (issue 28: measured, not only bounded): the batch repeated BATCH_GROWTH times
+        g = BATCH_GROWTH
+        levers.append(
+            Lever(
+                f"batch_size={rows * g}",
+                {"batch_size": rows * g},
+                base,
+                transform_batch=lambda b, rows=rows, g=g: _grown(b, rows, g),  # type: ignore[misc]
+                samples_factor=g,
             )
         )
     if _already_compiled(module):
@@ -170,6 +185,26 @@ def _to_channels_last(batch: Any) -> Any:
         return type(batch)(*(_to_channels_last(v) for v in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(_to_channels_last(v) for v in batch)
+    return batch
+
+
+def _batch_rows(batch: Any) -> int | None:
+    """The batch's sample count: the leading size its tensors share (None without a tensor of one or more
+    dimensions, or when they disagree: no bigger batch can be built by repeating it)."""
+    sizes = {t.shape[0] for t in _tensors(batch) if t.dim() >= 1}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _grown(batch: Any, rows: int, g: int) -> Any:
+    """The batch with each tensor's ``rows`` samples repeated ``g`` times along the leading dimension."""
+    if isinstance(batch, torch.Tensor):
+        return torch.cat([batch] * g) if batch.dim() >= 1 and batch.shape[0] == rows else batch
+    if isinstance(batch, dict):
+        return type(batch)({k: _grown(v, rows, g) for k, v in batch.items()})
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(_grown(v, rows, g) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_grown(v, rows, g) for v in batch)
     return batch
 
 

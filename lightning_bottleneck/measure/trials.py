@@ -381,7 +381,8 @@ def _measure(
             compile_s=None if compile_s is None else round(compile_s, 3),
             note=_join(f"not measured: {reps} pair(s) fit in its share of the budget", recompiled),
         )
-    ratios = sorted(b / max(v, 1e-12) for b, v in zip(base_t, lever_t))
+    # per sample: a bigger batch's step does samples_factor times the work of the baseline's
+    ratios = sorted(b * lever.samples_factor / max(v, 1e-12) for b, v in zip(base_t, lever_t))
     q = statistics.quantiles(ratios, n=4, method="inclusive")
     speedup = statistics.median(ratios)
     recommended = speedup > 1.0 + noise_band and q[0] > 1.0

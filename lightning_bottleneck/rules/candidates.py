@@ -24,6 +24,7 @@ COMPUTE_LEVERS: dict[str, Category | None] = {
     "float32_matmul_precision": Category.COMPUTE,
     "channels_last": Category.COMPUTE,
     "compile": None,
+    "batch_size": Category.OVERHEAD,  # a bigger batch amortises the per-step cost (sizes its advice only)
 }
 
 

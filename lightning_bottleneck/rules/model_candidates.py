@@ -158,7 +158,10 @@ def model_candidates_of(
             if r.measured_speedup is None or (r.unconfirmed and r not in slower):
                 continue
             measured_keys |= set(r.settings)
-            out.append(_trial_candidate(r, compute, overhead, model_ms, account))
+            if "batch_size" in r.settings:
+                out.append(_measured_bigger_batch(r, breakdown, model_ms, account))
+            else:
+                out.append(_trial_candidate(r, compute, overhead, model_ms, account))
     amp_open = mixed_precision_open(evidence)
     cfg = evidence.config
     if compute >= T.COMPUTE_SHARE_MEDIUM and cfg is not None and cfg.accelerator == "cpu" \
@@ -186,7 +189,12 @@ def model_candidates_of(
                     "(not measured on this model)",
                 )
             )
-    if overhead >= T.OVERHEAD_SHARE_MEDIUM and cfg is not None and cfg.batch_size:
+    if (
+        overhead >= T.OVERHEAD_SHARE_MEDIUM
+        and cfg is not None
+        and cfg.batch_size
+        and "batch_size" not in measured_keys
+    ):
         out.append(_bigger_batch(breakdown, account, cfg.batch_size))
     if overhead >= T.OVERHEAD_SHARE_MEDIUM and "compile" not in measured_keys:
         frac = T.RECOVERABLE["overhead"]
@@ -231,6 +239,46 @@ def _bigger_batch(breakdown: dict[str, float], account: RunAccount, batch_size: 
     # the other bound: nothing grows with the batch, the step nor Lightning's loop around it (logging, hooks):
     # G times the samples per second (a bigger matmul often costs little more than a small one)
     return replace(sized, competes=False, evidence={"speedup_max": float(g)})
+
+
+def _measured_bigger_batch(
+    r: TrialResult, breakdown: dict[str, float], model_ms: float, account: RunAccount
+) -> Candidate:
+    """A bigger batch, its forward+backward timed on the batch repeated (issue 28: a point from this model, not
+    a bound): per ``b`` samples the step becomes ``(lever_ms + fixed + G x wait) / G``, where ``fixed`` is what
+    the step holds besides the data wait and the model's forward+backward (the optimizer step, the loop's hooks:
+    paid once per step) and the data wait grows with the batch. Sizes the advice only (``competes=False``): a
+    trade-off, which never outranks a fix nor moves the verdict."""
+    g = T.BATCH_GROWTH
+    step = account.step_ms
+    wait = share_of(breakdown, Share.DATA_WAIT) * step
+    base = min(r.baseline_ms or model_ms, model_ms) if model_ms > 0 else (r.baseline_ms or 0.0)
+    lever = (r.lever_ms or 0.0) * (base / r.baseline_ms if r.baseline_ms else 1.0)  # on the window's scale
+    fixed = max(0.0, step - wait - base)
+    per_step = step - (lever + fixed + g * wait) / g if r.recommended and lever > 0 else 0.0
+    per_step = max(0.0, per_step)
+    basis = (
+        f"forward+backward of a {g}x batch measured {r.measured_speedup:.2f}x per sample on this model "
+        f"({r.repetitions} A/B pairs); the rest of the step ({fixed:.1f} ms: optimizer, hooks) is paid once per step, "
+        f"the data wait ({wait:.1f} ms) grows with the batch (the learning rate may need retuning)"
+        if r.recommended
+        else (r.note or "not faster than the noise band")
+    )
+    return Candidate(
+        Category.OVERHEAD,
+        r.name,
+        "batch_size",
+        dict(r.settings),
+        per_step,
+        account.over_run(per_step),
+        Provenance.MEASURED,
+        account.speedup(per_step) if per_step > 0 else None,
+        basis,
+        r.measured_speedup,
+        r.recommended and per_step > 0,
+        {"trial": r.to_dict()},
+        competes=False,
+    )
 
 
 def _trial_candidate(
