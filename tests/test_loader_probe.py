@@ -183,7 +183,7 @@ def test_the_probe_times_the_training_step_back_to_back_on_one_batch() -> None:
             batches.append(id(batch))
             step(batch)
 
-        ladder = probe_loader(loader, budget_s=2.0, usable_cpus=2, train_step=counted)
+        ladder = probe_loader(loader, budget_s=3.0, usable_cpus=2, train_step=counted)
     assert ladder.bound == BOUND_WAIT, ladder
     assert ladder.step_ms is not None and 0 < ladder.step_ms < 8 * 3.0, ladder  # below one batch's sleeps
     alone = batches[: 1 + STEP_ALONE_STEPS]

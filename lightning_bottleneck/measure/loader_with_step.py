@@ -44,8 +44,8 @@ IN_TRAINING_SHARE = 0.6
 WAIT_IN_TRAINING_SHARE = 0.4
 # ... only from this budget on: below it the climb needs the whole budget to reach a covering count (issue 29's
 # io_wait with a 1 s probe: 0.6 s left to the climb was spent at num_workers=0, and no loader advice was given).
-# The timing with the step then runs only if what the climb left holds the current count twice and the candidate
-# (its start-up and MIN_MEASURE_S each).
+# The timing with the step then runs only if what the climb left holds the current count and the candidate (its
+# start-up and MIN_MEASURE_S each; the current count's second timing is dropped when the budget is short).
 WAIT_IN_TRAINING_MIN_BUDGET_S = 2.0
 # Worker counts up to this multiple of the usable cores are timed with the step: more workers than cores
 # cannot speed CPU-bound loading alone, but in training they take a larger share of the cores from the
@@ -151,7 +151,7 @@ def wait_bound_candidate(
 ) -> int | None:
     """The worker count to time with the step when loading waits (I/O, sleeps): the smallest the loader-alone
     ladder found covering the model's ``target`` rate, else its fastest; None when that is the current count, or
-    when ``left_s`` seconds cannot time it and the current count twice (a note says so)."""
+    when ``left_s`` seconds cannot time it and the current count (a note says so)."""
     rungs = [r for r in ladder.rungs if r.num_workers > 0]
     if not rungs:
         return None
@@ -160,7 +160,7 @@ def wait_bound_candidate(
     if w == current:
         return None
     rung = ladder.rung(w)
-    need = 3 * MIN_MEASURE_S + (rung.startup_s if rung is not None else 0.0)
+    need = 2 * MIN_MEASURE_S + (rung.startup_s if rung is not None else 0.0)
     if left_s is not None and left_s < need:
         ladder.notes.append(
             f"num_workers={w} was not timed with the training step: {left_s:.1f} s of the probe's budget was left, "
