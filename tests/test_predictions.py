@@ -460,11 +460,11 @@ def test_waiting_loads_are_predicted_from_the_count_timed_with_the_step_unless_i
     bimodal = [4.0] * 12 + [13.0] * 20  # the step's own time spreads: from the loader alone, a range
     cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
 
-    def plan(rough: bool) -> Any:
+    def plan(rough: bool, current_rough: bool = False) -> Any:
         ladder = _sleepy_ladder()
         ladder.in_training = [Rung(0, None, 300.0, 0.05, None, None, 6, 0.25),
                               Rung(8, 2, 2250.0, 0.2, None, None, 40, 0.3, rough),
-                              Rung(0, None, 310.0, 0.05, None, None, 6, 0.25)]  # fmt: skip
+                              Rung(0, None, 310.0, 0.05, None, None, 6, 0.25, current_rough)]  # fmt: skip
         return plan_from_timing(ladder, cfg, _sleepy_timing(bimodal), 32)
 
     timed = plan(rough=False)
@@ -479,3 +479,9 @@ def test_waiting_loads_are_predicted_from_the_count_timed_with_the_step_unless_i
     (rec,) = [r for r in loader_recommendations(brief, cfg) if "num_workers" in r.settings]
     assert "in_training_samples_per_s" not in rec.evidence and rec.expected_speedup_range is not None, rec
     assert any("too briefly to count" in n and "the loader alone's" in n for n in brief.notes), brief.notes
+    # the current count's second timing squeezed by the budget: the same fallback, never no advice at all (a
+    # scoreboard run once printed no advice for io_wait)
+    squeezed = plan(rough=False, current_rough=True)
+    (rec,) = [r for r in loader_recommendations(squeezed, cfg) if "num_workers" in r.settings]
+    assert "in_training_samples_per_s" not in rec.evidence, rec
+    assert any("num_workers=0" in n and "too briefly to count" in n for n in squeezed.notes), squeezed.notes

@@ -95,7 +95,8 @@ def probe_loader(
         train_step: runs the model's training step on a batch from the probe's loader and leaves training
             untouched; when given, worker counts are also timed with the step (:attr:`LoaderLadder.in_training`):
             with CPU-bound loading the current count, the cores and twice that; with loading that waits, the
-            current count and the one the ladder found covering the model. The caller restores the model (see the module docstring).
+            current count and the one the ladder found covering the model. The caller restores the model (see
+            the module docstring).
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")

@@ -273,11 +273,17 @@ def _choose(
     covers_now = rung_now is not None and consumption is not None and covers(rung_now, consumption)
     # Worker counts timed with the training step (CPU model, CPU-bound loading): what the run gets, measured.
     trained_now = ladder.in_training_rung(w_now) if timed_with_step(current, ladder) else None
-    if trained_now is not None and not shares_cores(current, ladder) and not _timed_others(ladder, w_now):
-        # waiting loads whose advised count was timed too briefly with the step: the loader alone decides
+    if (
+        trained_now is not None
+        and not shares_cores(current, ladder)
+        and (trained_now.rough or not _timed_others(ladder, w_now))
+    ):
+        # waiting loads timed too briefly with the step (the current count or the advised one): the loader alone
+        # decides
+        brief = sorted({r.num_workers for r in ladder.in_training if r.rough or r.num_workers != w_now})
         plan.notes.append(
             "Timed with the training step, but too briefly to count: "
-            + ", ".join(f"num_workers={r.num_workers}" for r in ladder.in_training if r.num_workers != w_now)
+            + ", ".join(f"num_workers={w}" for w in brief)
             + "; the figure is the loader alone's (raise loader_budget_s to time it with the step)."
         )
         trained_now = None
