@@ -311,3 +311,14 @@ def test_a_win_measured_on_a_busy_machine_is_kept_unconfirmed(monkeypatch: pytes
     assert report.best is None
     assert report.contention is not None and report.contention["busy"] is True
     assert any("busy machine" in n for n in report.notes)
+
+
+def test_the_bigger_batch_is_timed_only_when_asked() -> None:
+    """The measurement stage asks for the batch repeated only on an overhead step (where its advice is given): on a
+    compute-bound step its share of the budget goes to the levers that can be advised (bf16, the matmul precision)."""
+    model = Net()
+    batch = (torch.randn(8, 32), torch.randn(8, 1))
+    asked = run_trials(model, batch, budget_s=0.5, compile_budget_s=0)
+    assert "batch_size=16" in {r.name for r in asked.results}, asked
+    left = run_trials(model, batch, budget_s=0.5, compile_budget_s=0, bigger_batch=False)
+    assert all("batch_size" not in r.settings for r in left.results), left

@@ -219,6 +219,14 @@ def wants_trials(summary: TraceSummary | None) -> bool:
     return shares.get(Share.COMPUTE.value, 0.0) + shares.get(Share.OVERHEAD.value, 0.0) >= TRIALS_SHARE_MIN
 
 
+def wants_bigger_batch(summary: TraceSummary | None) -> bool:
+    """Time a bigger batch only where its advice can be given: an overhead share past OVERHEAD_SHARE_MEDIUM (else
+    its trial would take budget from the levers that can be advised: bf16 on a compute-bound step)."""
+    if summary is None or not summary.num_steps:
+        return False
+    return breakdown_from_summary(summary).get(Share.OVERHEAD.value, 0.0) >= thresholds.OVERHEAD_SHARE_MEDIUM
+
+
 def _consumption_rate(summary: TraceSummary | None, batch_size: int | None) -> float | None:
     """Samples/s the model takes when no batch waits: batch size over the step time without data wait."""
     if summary is None or not summary.step_times_ms or not batch_size:
@@ -279,7 +287,9 @@ def measure(
             trainer, options, _consumption_rate(summary, cfg.batch_size), out.notes, pl_module, batch_idx
         )
     if trials and batch is not None:
-        out.trials = _trials(trainer, pl_module, batch, batch_idx, options, out.notes)
+        out.trials = _trials(
+            trainer, pl_module, batch, batch_idx, options, out.notes, wants_bigger_batch(summary)
+        )
     out.fit_probes = fit_probes(trainer, options, val_probe)
     out.notes += out.fit_probes.notes
 
@@ -395,7 +405,13 @@ def _steps_on_cpu(trainer: Any, module: Any) -> bool:
 
 
 def _trials(
-    trainer: Any, pl_module: Any, batch: Any, batch_idx: int, options: MeasureOptions, notes: list[str]
+    trainer: Any,
+    pl_module: Any,
+    batch: Any,
+    batch_idx: int,
+    options: MeasureOptions,
+    notes: list[str],
+    bigger_batch: bool = True,
 ) -> TrialReport | None:
     from lightning_bottleneck.measure.trials import run_trials
 
@@ -408,6 +424,7 @@ def _trials(
             precision=str(trainer.precision),
             budget_s=options.trial_budget_s or 0.0,
             compile_budget_s=options.compile_budget_s or 0.0,
+            bigger_batch=bigger_batch,
         )
     except Exception as err:
         notes.append(f"trials failed: {type(err).__name__}: {err}")

@@ -202,6 +202,7 @@ def run_trials(
     compile_budget_s: float = DEFAULT_COMPILE_BUDGET_S,
     levers: list[str] | None = None,
     noise_band: float = NOISE_BAND,
+    bigger_batch: bool = True,
 ) -> TrialReport:
     """Time forward+backward with and without each applicable lever on ``batch``; leave training untouched.
 
@@ -220,6 +221,8 @@ def run_trials(
             ``"float32_matmul_precision=high"``/``"=medium"``, ``"channels_last"``, ``"compile"``.
         noise_band: a lever is recommended only when its median speedup exceeds ``1 + noise_band`` and
             its lower quartile exceeds 1.
+        bigger_batch: also time the batch repeated ``BATCH_GROWTH`` times (per sample); the measurement stage
+            asks for it on an overhead step only, where its advice is given.
 
     Returns:
         A :class:`TrialReport`; never raises for the model's sake: a failing lever becomes a note.
@@ -243,7 +246,7 @@ def run_trials(
     with trial_state(module, device):
         try:
             _run(module, batch, batch_idx, device, str(precision), budget_s, compile_budget_s, levers,
-                 noise_band, report, start)  # fmt: skip
+                 noise_band, report, start, bigger_batch)  # fmt: skip
         except _NoLoss:
             report.skipped = "training_step returned no loss tensor"
         except Exception as err:  # a trial must never break training
@@ -278,6 +281,7 @@ def _run(
     noise_band: float,
     report: TrialReport,
     start: float,
+    bigger_batch: bool = True,
 ) -> None:
     runner = _StepRunner(module, batch, batch_idx, device)
     base_ctx = baseline_context(precision, device.type)
@@ -286,6 +290,10 @@ def _run(
     t_step = runner.run(eager, base_ctx, batch)
     inner = max(1, math.ceil(MIN_SAMPLE_S / max(t_step, 1e-9)))
     candidates, notes = levers_for(module, batch, device, precision)
+    if (
+        not bigger_batch
+    ):  # its advice is given on an overhead step only: its share of the budget goes to the others
+        candidates = [lv for lv in candidates if lv.samples_factor == 1]
     candidates = select_levers(candidates, only, compile_budget_s, notes)
     report.notes.extend(notes)
     deadline = start + budget_s
