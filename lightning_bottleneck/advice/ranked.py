@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.categories import PredictionKind, Provenance
 from lightning_bottleneck.report import Recommendation
-from lightning_bottleneck.rules.noise_band import band_words
+from lightning_bottleneck.rules.noise_band import not_advised
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Candidate, Ranking
@@ -218,12 +218,5 @@ def ranked_recommendations(recs: list[Recommendation], ranking: Ranking) -> list
     ordered = [r for _, r in sorted(enumerate(out), key=order)]
     for r in ordered:
         if r.figure is not None and r.figure < 1 + T.NO_CHANGE_BAND and r.settings:
-            ranking.notes.append(
-                f"Not advised: {_settings_text(r)} ({r.title}), {r.figure:.3f}x over the whole run, "
-                f"{band_words(r.figure)}."
-            )
+            ranking.notes.append(not_advised(r.settings, r.title, r.figure, "over the whole run"))
     return [r for r in ordered if r.figure is None or r.figure >= 1 + T.NO_CHANGE_BAND]
-
-
-def _settings_text(r: Recommendation) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in r.settings.items())

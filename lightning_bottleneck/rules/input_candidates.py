@@ -136,8 +136,7 @@ def _measured_loader(
         if rec.expected_speedup and rec.expected_speedup > 1.0:
             saved = eff * (1 - 1 / rec.expected_speedup)
             method, basis = Provenance.MEASURED, "the loader probe's ladder on this run's own DataLoader"
-            timed = "in_training_samples_per_s" in rec.evidence and rec.advice == LoaderAdvice.WORKERS_TIMED
-            if timed:
+            if rec.advice == LoaderAdvice.WORKERS_TIMED:
                 basis += ", each worker count feeding the model's own training step"
             elif plan.covered is False:
                 basis += (

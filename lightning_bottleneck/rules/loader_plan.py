@@ -53,7 +53,7 @@ from lightning_bottleneck.rules.loader_pace import (
     usable_cpu_count,
     usable_rungs,
 )
-from lightning_bottleneck.rules.noise_band import band_words
+from lightning_bottleneck.rules.noise_band import not_advised
 from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM, NO_CHANGE_BAND
 
 
@@ -183,11 +183,10 @@ def plan_loader(
         # the noise band (issue 28: on 2 busy cores, 4 workers predicted 0.95x were printed as the interim)
         if speedup is None or speedup < 1 + NO_CHANGE_BAND:
             if speedup is not None and change.settings:  # say what was left out, as the ranking does
-                shown = ", ".join(f"{k}={v!r}" for k, v in change.settings.items())
                 plan.notes.append(
-                    f"Not advised: {shown} (meanwhile, before the samples are made cheaper), {speedup:.3f}x per "
-                    f"epoch with the workers' start-up, {band_words(speedup)}."
-                )
+                    not_advised(change.settings, "meanwhile, before the samples are made cheaper", speedup,
+                                "per epoch with the workers' start-up")
+                )  # fmt: skip
             change.settings, change.expected_speedup, change.expected_speedup_range = {}, None, None
             change.uncertainty = ""
         plan.changes.append(change)

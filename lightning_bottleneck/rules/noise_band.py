@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 
 
@@ -11,3 +13,10 @@ def band_words(ratio: float) -> str:
     if ratio < 1.0 - NO_CHANGE_BAND:
         return f"slower, below the {NO_CHANGE_BAND:.0%} noise band"
     return f"within the {NO_CHANGE_BAND:.0%} noise band"
+
+
+def not_advised(settings: dict[str, Any], what: str, ratio: float, scale: str) -> str:
+    """The note for a setting left out under the band: the loader plan's (per epoch) and the ranking's (over the
+    whole run) say it the same way."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    return f"Not advised: {shown} ({what}), {ratio:.3f}x {scale}, {band_words(ratio)}."
