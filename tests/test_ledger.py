@@ -458,12 +458,19 @@ def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(tmp_path: P
     from lightning_bottleneck.live.ledger import LiveLedger
 
     # the arithmetic: 4 profiled steps took 0.4 s, 36 others 0.36 s -> 0.36 s extra
+    step, log = FitPart.TRAINING_STEPS, FitPart.LOGGING
     ledger = LiveLedger.__new__(LiveLedger)
-    ledger._window_marks = [(0.1, 10), (0.5, 14)]
-    assert ledger._window_extra_s(0.86, 50) == pytest.approx(0.4 - 4 * 0.01)
-    assert ledger._window_extra_s(0.45, 6) == 0.0  # fewer steps outside than inside: no reference yet
-    ledger._window_marks = [(0.1, 10)]  # the window has not closed
-    assert ledger._window_extra_s(0.86, 50) == 0.0
+    ledger._window_marks = [({step: 0.1, log: 0.0}, 10), ({step: 0.5, log: 0.0}, 14)]
+    assert ledger._window_extra_s({step: 0.86}, 50)[step] == pytest.approx(0.4 - 4 * 0.01)
+    assert ledger._window_extra_s({step: 0.45}, 12) == {}  # 8 steps outside the span: no reference yet
+    ledger._window_marks = ledger._window_marks[:1]  # the window has not closed
+    assert ledger._window_extra_s({step: 0.86}, 50) == {}
+    # the span runs on to the mid-run verdict (the trace analysed beside the steps), per part: 24 steps took
+    # 0.6 s of training and 0.24 s of logging where 26 steps outside took 0.26 s and 0.13 s
+    ledger._window_marks = [({step: 0.1, log: 0.05}, 10), ({step: 0.5, log: 0.1}, 14), ({step: 0.7, log: 0.29}, 34)]
+    # (each stretch on its own: the window's 4 steps 0.4 s, then 20 steps 0.2 s, no extra, against 0.01 s a step)
+    extra = ledger._window_extra_s({step: 0.86, log: 0.37}, 50)
+    assert extra[step] == pytest.approx(0.4 - 4 * 0.01) and extra[log] == pytest.approx(0.24 - 24 * 0.005)
 
     # a real fit: the window's recorded steps (3 of 100: warmup 1, active 2) are slower than the others
     # (torch.profiler records ~2000 ops each); that extra is booked to DIAGNOSIS and named in the report. The

@@ -103,6 +103,9 @@ class FitRun:
         self.measured: Evidence | None = None  # what the measurement stage found (once it ran)
         self.memory: MemorySampler | None = None
         self.picture: threading.Thread | None = None
+        # the steps since the window started run beside this package's work (the trace's analysis, the mid-run
+        # picture drawn in the child): open until the picture is drawn, then the ledger marks the span's end
+        self.span_open = False
         self.ledger: LiveLedger | None = None  # the whole fit by part (live/ledger.py), from setup on
         self.worker: ChildWorker | None = None  # the torch-free child: trace analysis, picture
         self.midrun_report: Report | None = None
@@ -266,7 +269,11 @@ class FitRun:
         if pending and (steps >= self.measure_at or (self.world_size == 1 and analysis.done)):  # type: ignore[union-attr]
             self.midrun_verdict(trainer, pl_module)
             pending = False
-        self.schedule((steps + 1 if self.world_size == 1 else self.measure_at) if pending else NEVER)
+        if self.span_open and (self.picture is None or not self.picture.is_alive()):
+            self.span_open = False
+            self.ledger.mark_window()  # type: ignore[union-attr]
+        self.schedule(steps + 1 if self.span_open or (pending and self.world_size == 1) else
+                      self.measure_at if pending else NEVER)  # fmt: skip
 
     def midrun_verdict(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Take the window's analysis, run the measurement stage, diagnose, publish (global rank zero).
@@ -291,6 +298,7 @@ class FitRun:
             self.publish(trainer, report)
         if self.autotune is not None:  # the choice, and the switch where it can be made mid-epoch
             self.autotune.midrun(self, trainer)
+        self.span_open = self.ledger is not None and self.cpu_start is not None
 
     def epoch_start(self) -> None:
         self.timer.epoch_start()

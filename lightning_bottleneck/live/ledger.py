@@ -53,6 +53,7 @@ from lightning.pytorch.profilers import Profiler
 
 from lightning_bottleneck.analysis.ledger import FitLedger, HookTime
 from lightning_bottleneck.categories import FitPart
+from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 from lightning_bottleneck.live.ledger_actions import ActionClassifier
 from lightning_bottleneck.live.ledger_clock import PART_SLOT, SlotClock, Timed
 from lightning_bottleneck.live.ledger_profiler import LedgerProfiler
@@ -72,6 +73,15 @@ _CONNECTOR_METHODS = (
     "epoch_end_reached",
     "_evaluation_epoch_end",
 )
+
+
+#: The parts that recur with every training step: their time per step outside the disturbed span (the
+#: profiling window and the trace's analysis) is the reference for the span's steps.
+PER_STEP_PARTS = (FitPart.TRAINING_STEPS, FitPart.LOGGING, FitPart.CALLBACKS, FitPart.UNACCOUNTED)
+#: Fewest steps outside the disturbed span that make a reference: the profiler schedule's default wait and
+#: warm-up before the window (5 + 5 steps) give 10 by the mid-run verdict; a mean of 10 steps moves ~10% for one
+#: step at twice the others. Fewer: no extra is booked (the span's time stays training's: conservative).
+DISTURBED_REFERENCE_MIN_STEPS = 10
 
 
 class LiveLedger:
@@ -115,8 +125,9 @@ class LiveLedger:
         self.actions = ActionClassifier(self)  # action name -> slot, and the other callbacks' hook slots
         self._patched: list[tuple[Any, str]] = []
         self._compile_s0 = _compile_seconds()
-        # (training seconds, training steps) when the profiling window started and ended recording
-        self._window_marks: list[tuple[float, int]] = []
+        # (per-step parts' seconds, training steps) when the profiling window started recording, when it
+        # closed and when the mid-run picture was drawn (the disturbed span's end)
+        self._window_marks: list[tuple[dict[FitPart, float], int]] = []
         self.user_profiler: Profiler = trainer.profiler
         self.profiler = LedgerProfiler(self.user_profiler, self)
         self.installed = False
@@ -237,52 +248,71 @@ class LiveLedger:
         return self.actions.classify(name)
 
     # ------------------------------------------------------------------ the figures
-    def _training(self) -> tuple[float, int]:
+    def _per_step_parts(self) -> tuple[dict[FitPart, float], int]:
         c = self.clock
         c.flush()
-        seconds = sum(v for slot, v in enumerate(c.acc) if c.parts[slot] == FitPart.TRAINING_STEPS)
-        return seconds, c.calls[self.s_train_steps]
+        parts = dict.fromkeys(PER_STEP_PARTS, 0.0)
+        for slot, seconds in enumerate(c.acc):
+            if c.parts[slot] in parts:
+                parts[c.parts[slot]] += seconds
+        return parts, c.calls[self.s_train_steps]
 
     def mark_window(self) -> None:
-        """Called when the profiling window starts recording and when it closes: the profiled steps' extra
-        time (torch.profiler's own cost inside the steps) is this package's, not training's (see
+        """Called when the profiling window starts recording, when it closes and at the first batch end after
+        the mid-run verdict's picture is drawn: the steps from the first mark to the last ran beside this
+        package's work (torch.profiler inside the steps, the trace's analysis and the picture's drawing in a
+        child process on the same cores), and their extra time is this package's, not training's (see
         :meth:`snapshot`)."""
-        if len(self._window_marks) < 2:
-            self._window_marks.append(self._training())
+        if len(self._window_marks) < 3:
+            self._window_marks.append(self._per_step_parts())
 
-    def _window_extra_s(self, train_s: float, train_steps: int) -> float:
-        """Seconds the profiled steps took beyond the same number of steps at the mean training step outside
-        the window (0 until the window closed and as many steps ran outside it as inside)."""
+    def _window_extra_s(self, parts: dict[FitPart, float], train_steps: int) -> dict[FitPart, float]:
+        """Per part recurring with the steps (:data:`PER_STEP_PARTS`), the seconds the steps of the disturbed
+        span took beyond as many steps at the part's mean per step outside it; nothing until the window
+        closed and DISTURBED_REFERENCE_MIN_STEPS steps ran outside the span."""
         if len(self._window_marks) < 2:
-            return 0.0
-        (s0, n0), (s1, n1) = self._window_marks
-        inside_s, inside_n = s1 - s0, n1 - n0
-        outside_n = train_steps - inside_n
-        if inside_n <= 0 or outside_n < inside_n:
-            return 0.0
-        outside_per_step = (train_s - inside_s) / outside_n
-        return max(0.0, inside_s - inside_n * outside_per_step)
+            return {}
+        marks = self._window_marks
+        (p0, n0), (p_end, n_end) = marks[0], marks[-1]
+        outside_n = train_steps - (n_end - n0)
+        if n_end <= n0 or outside_n < DISTURBED_REFERENCE_MIN_STEPS:
+            return {}
+        out: dict[FitPart, float] = {}
+        for part in PER_STEP_PARTS:
+            per_step = (parts.get(part, 0.0) - (p_end.get(part, 0.0) - p0.get(part, 0.0))) / outside_n
+            extra = 0.0
+            # each stretch on its own (the profiled steps, then those beside the analysis): the window's few slow
+            # steps are not diluted by the longer stretch after it
+            for (pa, na), (pb, nb) in zip(marks, marks[1:]):
+                inside_s, reference_s = pb.get(part, 0.0) - pa.get(part, 0.0), (nb - na) * per_step
+                if inside_s > reference_s * (1.0 + NO_CHANGE_BAND):  # a few % either way is the steps' own noise
+                    extra += inside_s - reference_s
+            if extra > 0:
+                out[part] = min(parts.get(part, 0.0), extra)
+        return out
 
     def snapshot(self) -> FitLedger:
-        """The ledger from ``setup`` until now (the fit goes on). The profiled steps' extra time is moved from
-        the training steps to DIAGNOSIS, this package's part, so that the fit without the callback (what
-        every speed-up is predicted for) does not carry it."""
+        """The ledger from ``setup`` until now (the fit goes on). The extra time of the steps that ran beside
+        this package's work (the profiled steps, the steps while the trace was analysed) is moved from the
+        training steps, logging, callbacks and the loop to DIAGNOSIS, this package's part, so that the fit
+        without the callback (what every speed-up is predicted for) does not carry it."""
         c = self.clock
         fit_s = c.flush()
         parts = dict.fromkeys(FitPart, 0.0)
         for slot, seconds in enumerate(c.acc):
             parts[c.parts[slot]] += seconds
-        extra = min(
-            self._window_extra_s(parts[FitPart.TRAINING_STEPS], c.calls[self.s_train_steps]),
-            parts[FitPart.TRAINING_STEPS],
-        )
-        parts[FitPart.TRAINING_STEPS] -= extra
+        extras = self._window_extra_s(parts, c.calls[self.s_train_steps])
+        # what is left of each part: its own figures (self.log's seconds, each hook's) keep their share of it
+        kept = {p: (parts[p] - x) / parts[p] if parts[p] > 0 else 1.0 for p, x in extras.items()}
+        for part, seconds in extras.items():
+            parts[part] -= seconds
+        extra = sum(extras.values())
         parts[FitPart.DIAGNOSIS] += extra
         compiled = min(max(0.0, _compile_seconds() - self._compile_s0), parts[FitPart.TRAINING_STEPS])
         parts[FitPart.TRAINING_STEPS] -= compiled
         parts[FitPart.COMPILE_WARMUP] += compiled
         hooks = {
-            str(c.names[slot]): HookTime(c.acc[slot], c.calls[slot])
+            str(c.names[slot]): HookTime(c.acc[slot] * kept.get(FitPart.CALLBACKS, 1.0), c.calls[slot])
             for slot in self.actions.hook_slots.values()
             if c.calls[slot]
         }
@@ -307,7 +337,7 @@ class LiveLedger:
             save_s=self.save_s,
             log_calls=c.calls[self.s_log_metrics],
             self_log_calls=c.calls[self.s_self_log],
-            self_log_s=c.acc[self.s_self_log],
+            self_log_s=c.acc[self.s_self_log] * kept.get(FitPart.LOGGING, 1.0),
             hooks=hooks,
             profiled_extra_s=extra,
         )
