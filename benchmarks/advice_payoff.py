@@ -307,7 +307,10 @@ def table(outcomes: list[Outcome]) -> str:
 
 def summary(outcomes: list[Outcome]) -> list[str]:
     """The issue-28 counts: predictions and bounds apart, how many held, what was slower than NOT_SLOWER."""
-    advised = [o for o in outcomes if o.kind is not None]
+    # advised: a setting to change (issue 28: where nothing measured helps, the advice is what to look at, such as
+    # cheaper samples; its figure is a bound, counted with the bounds, but it is no setting to apply and judge)
+    advised = [o for o in outcomes if o.kind is not None and o.settings]
+    looked_at = [o for o in outcomes if o.kind is not None and not o.settings]
     preds = [o for o in advised if o.kind != "bound"]
     judged_p = [o for o in preds if o.prediction_ok is not None]
     bounds = [o for o in advised if o.kind == "bound" and o.prediction_ok is not None]
@@ -323,6 +326,8 @@ def summary(outcomes: list[Outcome]) -> list[str]:
         f"{held} of {len(judged_p)} applied ({held_share:.0%}, goal {PREDICTION_HELD_GOAL:.0%})",
         f"bounds that held (applied <= X): {bounds_held} of {len(bounds)} applied (goal: all)",
         f"applied advice slower than {NOT_SLOWER}x: {', '.join(slower) if slower else 'none'}",
+        f"advice with no setting to change (what to look at; a code change): {len(looked_at)}"
+        + (f" ({', '.join(f'{o.workload}: {o.kind}' for o in looked_at)})" if looked_at else ""),
     ]
 
 

@@ -69,8 +69,11 @@ def test_the_summary_counts_predictions_and_bounds_apart_and_names_what_was_slow
         _outcome("b", "measured_range", 1.8, (1.7, 2.1), 2.3),
         _outcome("c", "bound", 2.4, (1.0, 5.0), 4.0),
         _outcome("d", "measured", 1.1, None, 0.9),
+        # what to look at (cheaper samples): a bound with no setting to apply is not counted as advised
+        Outcome("e", kind="bound", predicted=3.0, predicted_range=(1.0, 3.0)),
     ]
     lines = summary(outcomes)
+    assert lines[4].endswith("what to look at; a code change): 1 (e: bound)")
     assert "carrying a prediction (point or measured range <= x1.44): 3 (75%, goal 90%)" in lines[0]
     assert "1 of 3 applied (33%" in lines[1]
     assert "bounds that held (applied <= X): 1 of 1 applied" in lines[2]
