@@ -166,11 +166,12 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                 extra["indirect_max_s_per_call"] = round(indirect, 6)
                 extra["range_why"] = (
                     "the step after each call of the hook may run slower because of it (its caches, its memory); "
-                    "how much was bounded by this run's step against the same step timed back-to-back, not measured"
+                    "how much was bounded by this run's step against the same step timed back-to-back and the step's "
+                    "self.log calls, not measured"
                 )
                 basis += (
                     f"; the step after each call may also run up to {seconds_text(indirect)} slower (this run's step over "
-                    "the same step timed back-to-back)"
+                    "the same step timed back-to-back, its self.log calls)"
                 )
             return [
                 FitLever(
