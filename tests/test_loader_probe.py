@@ -505,3 +505,28 @@ def test_cheap_in_memory_samples_with_restarting_workers_may_drop_the_workers() 
     first = loader_recommendations(plan, cfg)[0]
     assert first.settings == {"num_workers": 0} and "training process" in first.title
     assert first.expected_speedup is not None and first.expected_speedup > 5
+
+
+def test_restarting_workers_the_probe_never_reached_are_weighed_by_the_runs_own_stall() -> None:
+    """Issue 29 (worker_restart under autotune, a 1 s probe budget): the probe spent its budget on
+    ``num_workers=0`` and never timed the current 2 workers alone, so the in-process choice had no start-up to
+    weigh and the plan kept the workers alive (3.8x) where no workers was 40x; the run's own epoch-start stall
+    (0.43 s, timed on the run) is that start-up."""
+    ladder = LoaderLadder([_rung(0, 250_000.0, 0.0002)], BOUND_CPU, 16, 2)
+    cfg = RunConfig(num_workers=2, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
+
+    def first(stall: float | None) -> Any:
+        plan = plan_loader(
+            ladder,
+            cfg,
+            consumption_samples_per_s=16_000.0,
+            data_wait_share=0.02,  # no steady wait: only the restarts cost
+            step_s=0.003,
+            steps_per_epoch=10,
+            epoch_start_stall_s=stall,
+        )
+        return loader_recommendations(plan, cfg)[0] if plan.changes else None
+
+    advice = first(0.43)
+    assert advice is not None and advice.settings == {"num_workers": 0}
+    assert first(None) is None  # no start-up known, nothing costs: no loader advice

@@ -269,9 +269,12 @@ def in_process_instead(
     0.4 s start-up over an in-memory dataset the process loads at 90 000 samples/s; persistent workers made its
     6-epoch fit 3.6x faster, no workers 21.6x."""
     zero = ladder.rung(0)
-    if zero is None or rung_now is None or not steps_per_epoch or zero.rough:
+    # the workers' start-up: the loader alone's for the current count, else the run's own epoch-start stall (a
+    # probe whose budget ran out before the current count, as a 1 s budget does where each start takes 0.4 s)
+    startup = rung_now.startup_s if rung_now is not None else stall_now
+    if zero is None or startup <= 0 or not steps_per_epoch or zero.rough:
         return None
-    kept = epoch_s(steps_per_epoch, step_s, once_per_fit(rung_now.startup_s, epochs))
+    kept = epoch_s(steps_per_epoch, step_s, once_per_fit(startup, epochs))
     alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
     if alone <= 0 or kept / alone < MEASURED_GAIN_MIN:
         return None
