@@ -467,7 +467,11 @@ def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(tmp_path: P
     assert ledger._window_extra_s({step: 0.86}, 50) == {}
     # the span runs on to the mid-run verdict (the trace analysed beside the steps), per part: 24 steps took
     # 0.6 s of training and 0.24 s of logging where 26 steps outside took 0.26 s and 0.13 s
-    ledger._window_marks = [({step: 0.1, log: 0.05}, 10), ({step: 0.5, log: 0.1}, 14), ({step: 0.7, log: 0.29}, 34)]
+    ledger._window_marks = [
+        ({step: 0.1, log: 0.05}, 10),
+        ({step: 0.5, log: 0.1}, 14),
+        ({step: 0.7, log: 0.29}, 34),
+    ]
     # (each stretch on its own: the window's 4 steps 0.4 s, then 20 steps 0.2 s, no extra, against 0.01 s a step)
     extra = ledger._window_extra_s({step: 0.86, log: 0.37}, 50)
     assert extra[step] == pytest.approx(0.4 - 4 * 0.01) and extra[log] == pytest.approx(0.24 - 24 * 0.005)

@@ -53,10 +53,10 @@ from lightning.pytorch.profilers import Profiler
 
 from lightning_bottleneck.analysis.ledger import FitLedger, HookTime
 from lightning_bottleneck.categories import FitPart
-from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 from lightning_bottleneck.live.ledger_actions import ActionClassifier
 from lightning_bottleneck.live.ledger_clock import PART_SLOT, SlotClock, Timed
 from lightning_bottleneck.live.ledger_profiler import LedgerProfiler
+from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 
 __all__ = ["LiveLedger"]
 
@@ -285,7 +285,9 @@ class LiveLedger:
             # steps are not diluted by the longer stretch after it
             for (pa, na), (pb, nb) in zip(marks, marks[1:]):
                 inside_s, reference_s = pb.get(part, 0.0) - pa.get(part, 0.0), (nb - na) * per_step
-                if inside_s > reference_s * (1.0 + NO_CHANGE_BAND):  # a few % either way is the steps' own noise
+                if inside_s > reference_s * (
+                    1.0 + NO_CHANGE_BAND
+                ):  # a few % either way is the steps' own noise
                     extra += inside_s - reference_s
             if extra > 0:
                 out[part] = min(parts.get(part, 0.0), extra)
