@@ -530,3 +530,35 @@ def test_restarting_workers_the_probe_never_reached_are_weighed_by_the_runs_own_
     advice = first(0.43)
     assert advice is not None and advice.settings == {"num_workers": 0}
     assert first(None) is None  # no start-up known, nothing costs: no loader advice
+
+
+def test_a_worker_count_timed_faster_with_the_step_gives_way_to_loading_in_process_when_that_is_faster_still() -> (
+    None
+):
+    """Held-out worker_restart_long (issue 28): 4 workers fed the model's step 1.27x faster than the current 1,
+    and were advised (1.86x applied), while loading in the training process took 0.1 ms a batch and gave 8.27x.
+    After a worker count is chosen, an epoch loading in-process is weighed against that count's epoch."""
+    cfg = RunConfig(num_workers=1, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
+
+    def first(zero_rate: float) -> Any:
+        alone = [_rung(0, zero_rate, 0.0007), _rung(1, 4500.0, 0.25)]
+        # timed with the step: the current 1 worker 5 000 samples/s, 4 workers 6 400 (1.28x)
+        trained = [_rung(1, 5000.0, 0.23), _rung(4, 6400.0, 0.24)]
+        ladder = LoaderLadder(alone, BOUND_CPU, 16, 2, in_training=trained)
+        plan = plan_loader(
+            ladder,
+            cfg,
+            consumption_samples_per_s=6000.0,
+            data_wait_share=0.4,
+            step_s=0.0045,
+            steps_per_epoch=30,
+            epoch_start_stall_s=0.24,
+            epochs=4,
+        )
+        return loader_recommendations(plan, cfg)[0], plan.notes
+
+    advice, notes = first(160_000.0)  # 0.1 ms a batch in the training process
+    assert advice.settings == {"num_workers": 0}, (advice, notes)
+    assert any("against" in n and "num_workers=4 kept alive" in n for n in notes), notes
+    advice, _ = first(2_000.0)  # loading in-process as slow as the step: the workers stay
+    assert advice.settings.get("num_workers") == 4, advice

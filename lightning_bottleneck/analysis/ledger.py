@@ -77,8 +77,9 @@ class FitLedger:
     self_log_calls: int = 0  # LightningModule.log / log_dict calls (inside the steps, on_step and on_epoch)
     self_log_s: float = 0.0  # split of LOGGING: seconds inside self.log / self.log_dict (incl. sync_dist)
     hooks: dict[str, HookTime] = field(default_factory=dict)  # "<CallbackClass>.<hook>": other callbacks only
-    # of DIAGNOSIS: the time of the steps from the profiling window's start to the mid-run verdict (torch.profiler
-    # in the steps, the trace's analysis on the same cores) beyond as many steps outside that span
+    # of DIAGNOSIS: the time of the steps from the profiling window's start until the mid-run picture is drawn
+    # (torch.profiler in the steps, the trace's analysis and the picture on the same cores) beyond as many steps
+    # outside that span
     profiled_extra_s: float = 0.0
 
     def __post_init__(self) -> None:

@@ -271,9 +271,12 @@ class FitRun:
             pending = False
         if self.span_open and (self.picture is None or not self.picture.is_alive()):
             self.span_open = False
-            self.ledger.mark_window()  # type: ignore[union-attr]
-        self.schedule(steps + 1 if self.span_open or (pending and self.world_size == 1) else
-                      self.measure_at if pending else NEVER)  # fmt: skip
+            if self.ledger is not None:
+                self.ledger.mark_window()
+        if self.span_open or (pending and self.world_size == 1):
+            self.schedule(steps + 1)  # the next batch end looks again
+        else:
+            self.schedule(self.measure_at if pending else NEVER)
 
     def midrun_verdict(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Take the window's analysis, run the measurement stage, diagnose, publish (global rank zero).

@@ -285,9 +285,8 @@ class LiveLedger:
             # steps are not diluted by the longer stretch after it
             for (pa, na), (pb, nb) in zip(marks, marks[1:]):
                 inside_s, reference_s = pb.get(part, 0.0) - pa.get(part, 0.0), (nb - na) * per_step
-                if inside_s > reference_s * (
-                    1.0 + NO_CHANGE_BAND
-                ):  # a few % either way is the steps' own noise
+                # a few % either way is the steps' own noise
+                if inside_s > reference_s * (1.0 + NO_CHANGE_BAND):
                     extra += inside_s - reference_s
             if extra > 0:
                 out[part] = min(parts.get(part, 0.0), extra)

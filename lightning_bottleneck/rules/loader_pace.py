@@ -268,22 +268,40 @@ def in_process_instead(
     kept alive (their start-up once per fit) by MEASURED_GAIN_MIN. issue 19's worker_restart: 2 workers with a
     0.4 s start-up over an in-memory dataset the process loads at 90 000 samples/s; persistent workers made its
     6-epoch fit 3.6x faster, no workers 21.6x."""
-    zero = ladder.rung(0)
     # the workers' start-up: the loader alone's for the current count, else the run's own epoch-start stall (a
     # probe whose budget ran out before the current count, as a 1 s budget does where each start takes 0.4 s)
     startup = rung_now.startup_s if rung_now is not None else stall_now
-    if zero is None or startup <= 0 or not steps_per_epoch or zero.rough:
+    if startup <= 0 or not steps_per_epoch:
         return None
     kept = epoch_s(steps_per_epoch, step_s, once_per_fit(startup, epochs))
-    alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
-    if alone <= 0 or kept / alone < MEASURED_GAIN_MIN:
-        return None
-    notes.append(
-        f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
-        f"workers is predicted at {alone:.3f} s against {kept:.3f} s with them kept alive ({stall_now * 1e3:.0f} ms "
-        "start-up an epoch now)."
-    )
+    zero = in_process_beats(ladder, consumption, bs, cfg, k, steps_per_epoch, kept)
+    if zero is not None:
+        alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
+        notes.append(
+            f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
+            f"workers is predicted at {alone:.3f} s against {kept:.3f} s with them kept alive ({stall_now * 1e3:.0f} "
+            "ms start-up an epoch now)."
+        )
     return zero
+
+
+def in_process_beats(
+    ladder: LoaderLadder,
+    consumption: float,
+    bs: int,
+    cfg: RunConfig,
+    k: float,
+    steps_per_epoch: int,
+    other_epoch_s: float,
+) -> Rung | None:
+    """The ladder's ``num_workers=0`` rung when an epoch loading in the training process (the step, then the
+    loading, one after the other, no start-up) beats ``other_epoch_s`` (an epoch with workers, their start-up
+    included) by MEASURED_GAIN_MIN; else None."""
+    zero = ladder.rung(0)
+    if zero is None or zero.rough:
+        return None
+    alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
+    return zero if alone > 0 and other_epoch_s / alone >= MEASURED_GAIN_MIN else None
 
 
 def predicted_step_s(
