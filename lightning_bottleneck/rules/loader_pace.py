@@ -285,6 +285,44 @@ def in_process_instead(
     return zero
 
 
+def in_process_over(
+    ladder: LoaderLadder,
+    chosen: Rung,
+    trained_now: Rung | None,
+    rung_now: Rung | None,
+    consumption: float,
+    bs: int,
+    step_s: float,
+    cfg: RunConfig,
+    k: float,
+    steps_per_epoch: int | None,
+    epochs: float | None,
+    notes: list[str],
+) -> Rung | None:
+    """``num_workers=0`` instead of the worker count chosen, when loading in the training process costs less than
+    the chosen count does: its epoch (the step, then the loading) beats the chosen count's (its step, timed with the
+    model's step or predicted from the loader alone, and its start-up once per fit) by MEASURED_GAIN_MIN.
+    Held-out worker_restart_long (issue 28): loading in-process took 0.1 ms a batch (161 000 samples/s) where 4
+    workers, timed 1.27x faster than the current 1 with the step, were advised (1.86x applied) and no workers gave
+    8.27x."""
+    if not steps_per_epoch:
+        return None
+    if trained_now is not None and chosen.samples_per_s > 0:
+        step_new = step_s * trained_now.samples_per_s / chosen.samples_per_s
+    else:
+        step_new = predicted_step_s(chosen, rung_now, consumption, bs, step_s, cfg, ladder, k)
+    other = epoch_s(steps_per_epoch, step_new, once_per_fit(chosen.startup_s, epochs))
+    zero = in_process_beats(ladder, consumption, bs, cfg, k, steps_per_epoch, other)
+    if zero is not None:
+        alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
+        notes.append(
+            f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
+            f"workers is predicted at {alone:.3f} s against {other:.3f} s with num_workers={chosen.num_workers} "
+            "kept alive."
+        )
+    return zero
+
+
 def in_process_beats(
     ladder: LoaderLadder,
     consumption: float,

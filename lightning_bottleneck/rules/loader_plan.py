@@ -40,8 +40,8 @@ from lightning_bottleneck.rules.loader_pace import (
     covers,
     current_spread,
     epoch_s,
-    in_process_beats,
     in_process_instead,
+    in_process_over,
     loader_evidence,
     once_per_fit,
     per_sample_s,
@@ -308,45 +308,13 @@ def _choose(
             # predicted from the loader alone (no worker count timed with the step applies)
             trained_now = None
     elif chosen is not None and chosen.num_workers > 0 and w_now > 0 and consumption is not None:
-        zero = _in_process_over(now, chosen, trained_now, typical or consumption, plan.notes)
+        zero = in_process_over(
+            ladder, chosen, trained_now, rung_now, typical or consumption, now.batch, now.step_s, current, k,
+            now.steps_per_epoch, now.epochs, plan.notes,
+        )  # fmt: skip
         if zero is not None:
             chosen, trained_now = zero, None
     return chosen, trained_now
-
-
-def _in_process_over(
-    now: _Now, chosen: Rung, trained_now: Rung | None, consumption: float, notes: list[str]
-) -> Rung | None:
-    """``num_workers=0`` instead of the worker count chosen, when the run's workers cost more than loading in
-    the training process does: its epoch (the step, then the loading) beats the chosen count's (its step, timed with
-    the model's step or predicted from the loader alone, and its start-up once per fit) by MEASURED_GAIN_MIN.
-    Held-out worker_restart_long (issue 28): loading in-process took 0.1 ms a batch (161 000 samples/s) where 4
-    workers, timed 1.27x faster than the current 1 with the step, were advised (1.86x applied) and no workers gave
-    8.27x."""
-    if not now.steps_per_epoch:
-        return None
-    if trained_now is not None and chosen.samples_per_s > 0:
-        step_new = now.step_s * trained_now.samples_per_s / chosen.samples_per_s
-    else:
-        step_new = predicted_step_s(
-            chosen, now.rung, consumption, now.batch, now.step_s, now.current, now.ladder, now.k
-        )
-    other = epoch_s(now.steps_per_epoch, step_new, once_per_fit(chosen.startup_s, now.epochs))
-    zero = in_process_beats(
-        now.ladder, consumption, now.batch, now.current, now.k, now.steps_per_epoch, other
-    )
-    if zero is not None:
-        alone = epoch_s(
-            now.steps_per_epoch,
-            now.batch * per_sample_s(zero, consumption, now.current, now.ladder, now.k),
-            0.0,
-        )
-        notes.append(
-            f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
-            f"workers is predicted at {alone:.3f} s against {other:.3f} s with num_workers={chosen.num_workers} "
-            "kept alive."
-        )
-    return zero
 
 
 def _timed_others(ladder: LoaderLadder, w_now: int) -> bool:
