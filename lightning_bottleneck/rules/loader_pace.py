@@ -274,15 +274,10 @@ def in_process_instead(
     if startup <= 0 or not steps_per_epoch:
         return None
     kept = epoch_s(steps_per_epoch, step_s, once_per_fit(startup, epochs))
-    zero = in_process_beats(ladder, consumption, bs, cfg, k, steps_per_epoch, kept)
-    if zero is not None:
-        alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
-        notes.append(
-            f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
-            f"workers is predicted at {alone:.3f} s against {kept:.3f} s with them kept alive ({stall_now * 1e3:.0f} "
-            "ms start-up an epoch now)."
-        )
-    return zero
+    return in_process_beats(
+        ladder, consumption, bs, cfg, k, steps_per_epoch, kept,
+        f"with them kept alive ({stall_now * 1e3:.0f} ms start-up an epoch now)", notes,
+    )  # fmt: skip
 
 
 def in_process_over(
@@ -312,15 +307,10 @@ def in_process_over(
     else:
         step_new = predicted_step_s(chosen, rung_now, consumption, bs, step_s, cfg, ladder, k)
     other = epoch_s(steps_per_epoch, step_new, once_per_fit(chosen.startup_s, epochs))
-    zero = in_process_beats(ladder, consumption, bs, cfg, k, steps_per_epoch, other)
-    if zero is not None:
-        alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
-        notes.append(
-            f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
-            f"workers is predicted at {alone:.3f} s against {other:.3f} s with num_workers={chosen.num_workers} "
-            "kept alive."
-        )
-    return zero
+    return in_process_beats(
+        ladder, consumption, bs, cfg, k, steps_per_epoch, other,
+        f"with num_workers={chosen.num_workers} kept alive", notes,
+    )  # fmt: skip
 
 
 def in_process_beats(
@@ -331,15 +321,23 @@ def in_process_beats(
     k: float,
     steps_per_epoch: int,
     other_epoch_s: float,
+    other: str,
+    notes: list[str],
 ) -> Rung | None:
     """The ladder's ``num_workers=0`` rung when an epoch loading in the training process (the step, then the
     loading, one after the other, no start-up) beats ``other_epoch_s`` (an epoch with workers, their start-up
-    included) by MEASURED_GAIN_MIN; else None."""
+    included, described by ``other``) by MEASURED_GAIN_MIN, with a note giving both; else None."""
     zero = ladder.rung(0)
     if zero is None or zero.rough:
         return None
     alone = epoch_s(steps_per_epoch, bs * per_sample_s(zero, consumption, cfg, ladder, k), 0.0)
-    return zero if alone > 0 and other_epoch_s / alone >= MEASURED_GAIN_MIN else None
+    if alone <= 0 or other_epoch_s / alone < MEASURED_GAIN_MIN:
+        return None
+    notes.append(
+        f"num_workers=0 loads {zero.samples_per_s:.0f} samples/s in the training process: an epoch without "
+        f"workers is predicted at {alone:.3f} s against {other_epoch_s:.3f} s {other}."
+    )
+    return zero
 
 
 def predicted_step_s(
