@@ -452,7 +452,9 @@ class _ManyOps(Tiny):
         return torch.nn.functional.mse_loss(out, y)
 
 
-def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(tmp_path: Path) -> None:
+def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 19: the fit a speed-up is predicted for is the fit without the callback; the profiled steps' extra
     time (torch.profiler recording every op) is this package's cost, booked to DIAGNOSIS."""
     from lightning_bottleneck.live.ledger import LiveLedger
@@ -480,7 +482,17 @@ def test_the_profiled_steps_extra_time_is_the_diagnosis_not_training(tmp_path: P
     # (torch.profiler records ~2000 ops each); that extra is booked to DIAGNOSIS and named in the report. The
     # steps after the window share the CPUs with the trace's analysis (a child process): on 40 steps with one
     # core kept busy that raised the outside mean enough to hide the extra; on 100 it is diluted 2.5x
+    marked: list[int] = []  # the training steps at each mark (a spy: the marks are the ledger's own)
+    mark = LiveLedger.mark_window
+
+    def spy(self: LiveLedger) -> None:
+        mark(self)
+        marked.append(self._window_marks[-1][1])
+
+    monkeypatch.setattr(LiveLedger, "mark_window", spy)
     _, cb, fit_ledger = _fit(tmp_path, model=_ManyOps(), max_steps=100, limit_val_batches=0)
+    # the span: the window's start and end, then the first batch end after the mid-run picture is drawn
+    assert len(marked) == 3 and marked[0] < marked[1] <= marked[2] < 100, marked
     live = cb.report.metrics["ledger"]
     extra = fit_ledger.profiled_extra_s
     assert extra > 0 and live["profiled_extra_s"] == extra, live

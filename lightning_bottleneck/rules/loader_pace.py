@@ -302,10 +302,7 @@ def in_process_over(
     8.27x."""
     if not steps_per_epoch:
         return None
-    if trained_now is not None and chosen.samples_per_s > 0:
-        step_new = step_s * trained_now.samples_per_s / chosen.samples_per_s
-    else:
-        step_new = predicted_step_s(chosen, rung_now, consumption, bs, step_s, cfg, ladder, k)
+    step_new = predicted_step_s(chosen, rung_now, consumption, bs, step_s, cfg, ladder, k, trained_now)
     other = epoch_s(steps_per_epoch, step_new, once_per_fit(chosen.startup_s, epochs))
     return in_process_beats(
         ladder, consumption, bs, cfg, k, steps_per_epoch, other,
@@ -349,8 +346,16 @@ def predicted_step_s(
     cfg: RunConfig,
     ladder: LoaderLadder,
     k: float = DEFAULT_STEP_CORES,
+    trained_now: Rung | None = None,
 ) -> float:
-    if chosen is None or consumption is None:
+    """The step with ``chosen``'s loading: with the current setting timed with the model's step
+    (``trained_now``, the chosen one timed the same way), the run's step scaled by the two rates' ratio; else
+    from the loader alone's rate and the model's consumption (:func:`per_sample_s`)."""
+    if chosen is None:
+        return step_s
+    if trained_now is not None and chosen.samples_per_s > 0:  # measured with the step: the rates' ratio
+        return step_s * trained_now.samples_per_s / chosen.samples_per_s
+    if consumption is None:
         return step_s
     return bs * per_sample_s(chosen, consumption, cfg, ladder, k)
 

@@ -122,10 +122,9 @@ def plan_loader(
     # the prediction: the new step, and the new epoch with its start-up, against the current epoch
     w_new = chosen.num_workers if chosen is not None else now.workers
     startup_new = chosen.startup_s if chosen is not None else (now.rung.startup_s if now.rung else now.stall)
-    if trained_now is not None and chosen is not None:  # measured with the step: the rates' ratio
-        step_new = step_s * trained_now.samples_per_s / chosen.samples_per_s
-    else:
-        step_new = predicted_step_s(chosen, now.rung, typical, now.batch, step_s, current, ladder, now.k)
+    step_new = predicted_step_s(
+        chosen, now.rung, typical, now.batch, step_s, current, ladder, now.k, trained_now
+    )
     if w_new > 0 and not now.persistent:
         epoch_guess = epoch_s(steps_per_epoch, step_new, 0.0)
         if steps_per_epoch is None:
