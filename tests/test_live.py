@@ -226,6 +226,7 @@ def test_worker_restarts_where_workers_are_needed_get_persistent_workers_first(t
     trainer.fit(Regressor(), loader)
     assert cb.report is not None
     assert cb.report.primary.value == "input", cb.report.breakdown
+    assert cb.report.recommendations, (cb.report.notes, cb.report.metrics.get("loader_ladder"))
     first = cb.report.recommendations[0].settings
     assert first.get("persistent_workers") is True, [r.settings for r in cb.report.recommendations]
     assert first.get("num_workers", 4) > 0

@@ -562,3 +562,63 @@ def test_a_worker_count_timed_faster_with_the_step_gives_way_to_loading_in_proce
     assert any("against" in n and "num_workers=4 kept alive" in n for n in notes), notes
     advice, _ = first(2_000.0)  # loading in-process as slow as the step: the workers stay
     assert advice.settings.get("num_workers") == 4, advice
+
+
+class _SlowStartup:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, worker_id: int) -> None:
+        time.sleep(self.seconds)
+
+
+def test_workers_in_use_are_timed_against_loading_in_the_training_process_with_the_step() -> None:
+    """Issue 28 (worker_restart: ``num_workers=0`` was advised as a bound "up to 56x", the step beside in-process
+    loading never timed): when the run has workers, in-process loading also feeds the model's own step, right
+    after the current count."""
+    model = _Tiny()
+    loader = DataLoader(
+        TensorDataset(torch.randn(160, 4), torch.randn(160, 1)),
+        batch_size=16,
+        num_workers=2,
+        worker_init_fn=_SlowStartup(0.05),
+    )
+    with restored_trial_step(model) as step:
+        ladder = probe_loader(loader, budget_s=3.0, usable_cpus=2, train_step=step)
+    assert ladder.bound == BOUND_CPU, ladder
+    assert [r.num_workers for r in ladder.in_training][:2] == [2, 0], ladder
+    zero = ladder.in_training_rung(0)
+    assert zero is not None and not zero.rough and zero.samples_per_s > 0, ladder
+
+
+def test_in_process_loading_timed_fastest_with_the_step_is_advised_as_a_measured_point() -> None:
+    """The in-process rung timed with the step beat the current workers in both of their timings: the advice is
+    ``num_workers=0`` in the words of loading in the training process, its speed-up the two rates' ratio with the
+    restarts gone (a point, not the "up to" of a loader-alone guess)."""
+    cfg = RunConfig(num_workers=2, persistent_workers=False, prefetch_factor=2, batch_size=16, usable_cpus=2)
+    alone = [_rung(0, 200_000.0, 0.0005), _rung(2, 9_000.0, 0.4)]
+    trained = [
+        _rung(2, 8_000.0, 0.4),
+        _rung(0, 30_000.0, 0.0005),
+        _rung(4, 7_000.0, 0.4),
+        _rung(2, 8_200.0, 0.4),
+    ]
+    ladder = LoaderLadder(alone, BOUND_CPU, 16, 2, in_training=trained)
+    plan = plan_loader(
+        ladder,
+        cfg,
+        consumption_samples_per_s=10_000.0,
+        data_wait_share=0.3,
+        step_s=0.002,
+        steps_per_epoch=10,
+        epoch_start_stall_s=0.4,
+        epochs=6,
+        step_cores=0.7,
+    )
+    first = loader_recommendations(plan, cfg)[0]
+    assert first.settings == {"num_workers": 0}, (first, plan.notes)
+    assert "training process" in first.title and "0 background" not in first.title
+    assert first.expected_speedup_range is None and first.expected_speedup is not None
+    # the epoch now: 10 steps of 2 ms and 0.4 s of restart; in-process: 10 steps at the rates' ratio
+    step_new = 0.002 * 8_100.0 / 30_000.0
+    assert first.expected_speedup == pytest.approx((10 * 0.002 + 0.4) / (10 * step_new), rel=0.05)

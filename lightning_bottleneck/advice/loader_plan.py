@@ -50,7 +50,11 @@ def loader_recommendation(change: LoaderChange, current: RunConfig) -> Recommend
 def _words(c: LoaderChange) -> tuple[str, str]:
     """The title and the detail of one change, from its measured facts."""
     rate, consumption = c.chosen_samples_per_s, c.consumption_samples_per_s or 0.0
-    workers = f"Load batches in {c.workers_new} background worker(s)"
+    workers = (
+        f"Load batches in {c.workers_new} background worker(s)"
+        if c.workers_new
+        else "Load batches in the training process (num_workers=0)"
+    )
     if c.advice == LoaderAdvice.CHEAPER_SAMPLES:
         interim = f" Until then, {_describe(c.settings)} gets closest to the ceiling." if c.settings else ""
         if c.settings and c.current_samples_per_s:

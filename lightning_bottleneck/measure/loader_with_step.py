@@ -93,13 +93,18 @@ def time_in_training(
     seed: int,
     candidates: list[int] | None = None,
 ) -> None:
-    """Time the current worker count, the usable core count and twice that with the training step (or the given
-    ``candidates``), then the current count again (its two timings are averaged, so that drift over the
+    """Time the current worker count, ``num_workers=0`` (when the current count has workers), the usable core count
+    and twice that with the training step (or the given ``candidates``), then the current count again (its two timings are averaged, so that drift over the
     measurement cancels), then the fastest other count again when it beat both timings of the current (a win from
     one short timing is often the machine's noise, see :func:`_to_confirm`)."""
     given = candidates is not None
     if candidates is None:
         candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
+        if current > 0:
+            # loading in the training process, fed to the step too: the plan may advise dropping workers that
+            # restart every epoch (issue 28: worker_restart's num_workers=0 was a bound "up to 56x", its step
+            # once loading runs in-process never timed), and on a busy CPU in-process loading may train fastest
+            candidates.append(0)
     counts = sorted({min(w, WAIT_BOUND_MAX_WORKERS) for w in candidates} - {current})
     order = [current, *counts, current]
     budget = max(0.0, deadline - time.perf_counter())
