@@ -53,6 +53,7 @@ from lightning_bottleneck.rules.loader_pace import (
     timed_with_step,
     usable_cpu_count,
     usable_rungs,
+    wait_scaling_ceiling,
 )
 from lightning_bottleneck.rules.noise_band import not_advised
 from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM, NO_CHANGE_BAND
@@ -431,7 +432,8 @@ def _range(
     fastest = max(consumption or 0.0, back_to_back or 0.0)
     if typical is None or fastest <= typical:
         return None, ""
-    fast = predicted_step_s(chosen, now.rung, fastest, bs, step_s, current, ladder, k)
+    top = wait_scaling_ceiling(chosen, ladder)  # the loader at the most it can deliver (waiting loads)
+    fast = predicted_step_s(top, now.rung, fastest, bs, step_s, current, ladder, k)
     high = now.epoch / epoch_s(spe, fast, stall_new) if fast > 0 else speedup
     if high <= speedup * STEP_SPREAD_MAX:
         return None, ""
@@ -440,9 +442,10 @@ def _range(
         if consumption and consumption >= fastest
         else f"{bs / fastest * 1e3:.1f} ms (the same step timed back-to-back, no loading between)"
     )
+    more = f"; the high end has the workers at {top.samples_per_s:.0f} samples/s" if top is not chosen else ""
     return (round(speedup, 3), round(high, 3)), (
         f"this run's own steps took {bs / typical * 1e3:.1f} ms (median) but {quick} without the data "
-        f"wait; which of them the step runs at once {chosen.label} does the loading was not measured"
+        f"wait; which of them the step runs at once {chosen.label} does the loading was not measured{more}"
     )
 
 
