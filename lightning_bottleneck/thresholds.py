@@ -83,10 +83,9 @@ RECOVERABLE = {
 }
 # The high end of that estimate for torch.compile on per-op overhead (the low end is no gain: it is not measured):
 # all of the per-op overhead, the most a graph of fused kernels can remove (the device's compute stays). A bound must
-# hold, and the share it multiplies is read from a profiled window that runs slower than the fit: 0.85 (compile
-# removed 74-81% of an overhead-bound step in `python benchmarks/prediction_bounds.py --compile`) was exceeded on the
-# 2026-12-03 scoreboard, tiny_ops read 79% overhead, up to 3.78x, applied 5.01x (an earlier run: 90%, up to 3.74x,
-# applied 3.65x).
+# hold, and the overhead share it multiplies comes from one profiled window: 0.85 (compile removed 74-81% of an
+# overhead-bound step in `python benchmarks/prediction_bounds.py --compile`) was exceeded on the 2026-12-03
+# scoreboard, tiny_ops up to 3.78x, applied 5.01x (the run before: up to 3.74x, applied 3.65x).
 OVERHEAD_RECOVERABLE_MAX = 1.0
 # When mixed precision is already on (or cannot help: a CPU without native bf16, or kernels already on
 # tensor cores), what is left for compute is torch.compile's fusion: the PyTorch 2 paper (Ansel et al.,

@@ -94,8 +94,8 @@ def time_in_training(
     candidates: list[int] | None = None,
 ) -> None:
     """Time the current worker count, ``num_workers=0`` (when the current count has workers), the usable core count
-    and twice that with the training step (or the given ``candidates``), then the current count again (its two timings are averaged, so that drift over the
-    measurement cancels), then the fastest other count again when it beat both timings of the current (a win from
+    and twice that with the training step (or the given ``candidates``), then the current count again (its two
+    timings are averaged, so that drift over the measurement cancels), then the fastest other count again when it beat both timings of the current (a win from
     one short timing is often the machine's noise, see :func:`_to_confirm`)."""
     given = candidates is not None
     if candidates is None:
