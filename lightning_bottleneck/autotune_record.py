@@ -20,6 +20,10 @@ from typing import Any
 
 KEPT, UNDONE, APPLIED, NOT_APPLIED = "kept", "undone", "applied", "not_applied"
 STATUSES = (KEPT, UNDONE, APPLIED, NOT_APPLIED)
+#: What the choice rested on: the mid-run verdict's measured loader advice, or (before any profiling) the first
+#: epoch's worker start-up with loading timed in the training process (rules/autotune.py: restart_fix).
+BASIS_VERDICT, BASIS_FIRST_EPOCH = "verdict", "first_epoch"
+BASES = (BASIS_VERDICT, BASIS_FIRST_EPOCH)
 
 
 @dataclass
@@ -45,6 +49,11 @@ class AutotuneRecord:
     loaders: int = 0  # train DataLoaders re-created (several under a CombinedLoader)
     reason: str = ""  # why nothing was applied, or why it was undone, in one sentence
     keep_line: str = ""  # the one line to put in the code to keep the setting without autotune
+    basis: str = BASIS_VERDICT  # what the choice rested on (BASES)
+    # first_epoch: the first epoch's wait for its first batch (the workers' start-up), and a batch loaded in the
+    # training process (timed there)
+    startup_ms: float | None = None
+    in_process_batch_ms: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -81,6 +90,11 @@ class AutotuneRecord:
             "loaders": self.loaders,
             "reason": self.reason,
             "keep_line": self.keep_line,
+            "basis": self.basis,
+            "startup_ms": None if self.startup_ms is None else round(self.startup_ms, 3),
+            "in_process_batch_ms": None
+            if self.in_process_batch_ms is None
+            else round(self.in_process_batch_ms, 4),
         }
 
     @classmethod
@@ -105,8 +119,15 @@ class AutotuneRecord:
             loaders=int(d.get("loaders") or 0),
             reason=str(d.get("reason") or ""),
             keep_line=str(d.get("keep_line") or ""),
+            basis=str(d.get("basis") or BASIS_VERDICT),
+            startup_ms=_float(d.get("startup_ms")),
+            in_process_batch_ms=_float(d.get("in_process_batch_ms")),
         )
 
 
 def _int(x: Any) -> int | None:
     return None if x is None else int(x)
+
+
+def _float(x: Any) -> float | None:
+    return None if x is None else float(x)

@@ -27,13 +27,27 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from lightning_bottleneck import BottleneckCallback
 from lightning_bottleneck.advice.autotune import keep_line
-from lightning_bottleneck.autotune_record import KEPT, NOT_APPLIED, UNDONE, AutotuneRecord
+from lightning_bottleneck.autotune_record import (
+    BASIS_FIRST_EPOCH,
+    BASIS_VERDICT,
+    KEPT,
+    NOT_APPLIED,
+    UNDONE,
+    AutotuneRecord,
+)
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.output.autotune import autotune_line
 from lightning_bottleneck.output.html import render_html
 from lightning_bottleneck.output.text import render_markdown, render_text
 from lightning_bottleneck.report import Recommendation, Report
-from lightning_bottleneck.rules.autotune import MIN_CONFIRM_STEPS, choose, decide, settled
+from lightning_bottleneck.rules.autotune import (
+    MIN_CONFIRM_STEPS,
+    choose,
+    decide,
+    restart_bound,
+    restart_fix,
+    settled,
+)
 
 from conftest import quiet_trainer
 
@@ -196,6 +210,58 @@ def test_default_reports_hold_no_autotune_and_a_short_fit_applies_nothing(tmp_pa
     record = cb.report.autotune
     assert record is not None and record.status == NOT_APPLIED and record.reason, record
     assert trainer.train_dataloader.num_workers == 0
+
+
+def _slow_start(worker_id: int) -> None:
+    time.sleep(0.3)  # each worker's start-up (a dataset that opens files, a heavy import): paid every epoch
+
+
+def test_workers_restarting_every_epoch_are_switched_after_the_first_epoch_before_any_verdict(
+    tmp_path: Path,
+) -> None:
+    # 2 workers that take 0.3 s to start, restarted every epoch, for 10 batches of microseconds: the check at the
+    # end of the first epoch times the loading in the training process and switches before the window's verdict
+    data = Indexed(n=40)
+
+    def loader() -> DataLoader:
+        g = torch.Generator().manual_seed(7)
+        return DataLoader(
+            data, batch_size=4, shuffle=True, generator=g, num_workers=2, worker_init_fn=_slow_start
+        )
+
+    plain, _, _ = _fit(tmp_path, False, loader, epochs=6)
+    torch.manual_seed(0)
+    tuned = Seen()
+    cb = BottleneckCallback(wait=12, warmup=1, active=3, verbose=False, trial_budget_s=0, autotune=True)
+    trainer = quiet_trainer(tmp_path / "tuned", [cb], max_epochs=6)
+    trainer.fit(tuned, train_dataloaders=loader())
+    record = cb.report.autotune
+    assert record is not None and record.basis == BASIS_FIRST_EPOCH, record
+    assert record.settings == {"num_workers": 0} and record.previous == {"num_workers": 2}
+    assert record.applied_at_step == 10 and record.applied_at_epoch == 1 and not record.mid_epoch
+    assert record.startup_ms is not None and record.startup_ms >= 250
+    assert record.in_process_batch_ms is not None and record.in_process_batch_ms < 50
+    # kept on the run's own steps: one start-up an epoch spread over its 10 steps, against none
+    assert record.status == KEPT and record.speedup is not None and record.speedup > 3, record
+    assert trainer.train_dataloader.num_workers == 0
+    assert tuned.seen == plain.seen  # the exact sequence of sample indices, across the switch
+    assert "chosen after the first epoch" in autotune_line(record)
+    assert record.to_dict()["basis"] == BASIS_FIRST_EPOCH
+    # the measurement stage did not probe the train loader it had already switched
+    assert any("Train loader probe skipped: autotune switched" in n for n in cb.report.notes), cb.report.notes
+    assert not _loader_advice(cb.report)
+
+
+def test_the_first_epoch_check_acts_only_on_start_ups_that_dominate_the_epoch() -> None:
+    assert restart_bound(400.0, 20.0) and restart_bound(300.0, 300.0)
+    assert not restart_bound(299.0, 301.0)  # under half the epoch: the verdict decides
+    assert not restart_bound(40.0, 1.0)  # under the stall floor (EPOCH_STALL_MIN_MS): a fork's noise
+    # loading in-process over the epochs left (7 x 10 x 0.2 ms = 14 ms) is far under one more start-up
+    assert restart_fix(0.4, 10, 7, 0.0002) == {"num_workers": 0}
+    # 7 x 10 x 10 ms = 0.7 s of loading against a 0.4 s start-up: keep the workers instead
+    assert restart_fix(0.4, 10, 7, 0.010) == {"persistent_workers": True}
+    assert restart_fix(0.4, 10, 7, None) == {"persistent_workers": True}  # not timed: the safe fix
+    assert AutotuneRecord.from_dict({"status": KEPT}).basis == BASIS_VERDICT  # reports written before
 
 
 # ---------------------------------------------------------------------------------------------- two ranks

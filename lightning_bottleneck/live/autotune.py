@@ -17,6 +17,14 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
    broadcasts keep or undo; undo puts the original loaders back and shuts down the workers autotune started.
 3. *done*.
 
+One case is decided earlier, at the end of the first epoch, before the profiling window's verdict (or where that
+verdict has no measured setting to apply): workers that restart every epoch spent most of it starting up (:func:`~lightning_bottleneck.rules.autotune.restart_bound`).
+Rank zero times a few batches loaded in the training process
+(:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a twentieth of that start-up) and picks
+``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the
+switch, the check and the undo are the same as above. After such a switch the measurement stage does not probe
+the train loader again (its advice is settled by the switch).
+
 How the loaders are re-created with the same samples: :mod:`lightning_bottleneck.live.loader_switch`.
 """
 
@@ -29,7 +37,15 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_bottleneck.advice.autotune import keep_line
-from lightning_bottleneck.autotune_record import APPLIED, KEPT, NOT_APPLIED, UNDONE, AutotuneRecord
+from lightning_bottleneck.autotune_record import (
+    APPLIED,
+    BASIS_FIRST_EPOCH,
+    BASIS_VERDICT,
+    KEPT,
+    NOT_APPLIED,
+    UNDONE,
+    AutotuneRecord,
+)
 from lightning_bottleneck.live.loader_switch import (
     can_switch_mid_epoch,
     draws_every_epoch,
@@ -41,8 +57,24 @@ from lightning_bottleneck.live.loader_switch import (
     shutdown_iterator,
     shutdown_workers,
 )
+from lightning_bottleneck.measure.loader_probe import time_in_process
+from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.output.autotune import autotune_line, settings_text
-from lightning_bottleneck.rules.autotune import MIN_CONFIRM_STEPS, MIN_EPOCHS_LEFT, choose, decide
+from lightning_bottleneck.rules.autotune import (
+    MIN_CONFIRM_STEPS,
+    MIN_EPOCHS_LEFT,
+    choose,
+    decide,
+    restart_bound,
+    restart_fix,
+)
+
+#: The in-process timing of the first-epoch check takes at most this share of the start-up it would save once an
+#: epoch (a twentieth: the check then costs the run far less than any epoch left gains; on issue 29's
+#: worker_restart 20 ms time ~150 batches of 0.13 ms, where one start-up is 0.4 s), and never more than the
+#: probe's shortest rung (loader_rung.MIN_MEASURE_S, 0.25 s). At least one batch is loaded whatever it takes.
+IN_PROCESS_TIMING_SHARE = 0.05
+IN_PROCESS_TIMING_MAX_S = 0.25
 
 WAITING, TRIAL, DONE = "waiting", "trial", "done"
 
@@ -69,6 +101,9 @@ class Autotuner:
         self.switch_epoch: int | None = None
         self.switch_steps = 0
         self.before: list[float] = []
+        # the first-epoch check's figures, for the record: (start-up ms, a batch loaded in-process ms)
+        self.first_epoch: tuple[float, float | None] | None = None
+        self.per_epoch: int | None = None  # training batches an epoch (trainer.num_training_batches)
 
     # ------------------------------------------------------------------ timing per epoch
     def epoch_start(self, run: Any) -> None:
@@ -115,10 +150,22 @@ class Autotuner:
             )
 
     def _epoch_end(self, run: Any, trainer: Any) -> None:
+        if self.per_epoch is None:
+            self.per_epoch = run_length(trainer).steps_per_epoch
         self.entries.append(self._epoch_steps(run))
         for it in self.rest_of_epoch:  # the loaders that finished the switched epoch: their workers go
             shutdown_iterator(it)
         self.rest_of_epoch = []
+        if (
+            self.state == WAITING
+            and len(self.entries) == 1
+            and (self.pending is None or self.pending[0] is None)
+        ):
+            # the first epoch's end, no measured setting from a verdict (none yet, or none to apply)
+            payload = self._agreed(trainer, lambda: self._restart_choice(run, trainer))
+            if payload[0] is not None:
+                self._apply(run, trainer, payload, mid_epoch=False, basis=BASIS_FIRST_EPOCH)
+                return
         if self.state == WAITING and run.midrun_report is not None:
             if self.pending is None:  # no choice at the mid-run verdict (it did not reach this object)
                 self.pending = self._agreed_choice(run, trainer)
@@ -142,20 +189,51 @@ class Autotuner:
             )
 
     def _agreed_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
+        return self._agreed(trainer, lambda: self._choose(run, trainer))
+
+    def _agreed(self, trainer: Any, pick: Any) -> tuple[dict[str, Any] | None, str]:
+        """Rank zero's ``pick()``, the same on every rank."""
         payload: tuple[dict[str, Any] | None, str] = (None, "")
         if trainer.is_global_zero:
             try:  # never raise before the broadcast: the other ranks wait in it
-                payload = self._choose(run, trainer)
+                payload = pick()
             except Exception as err:
                 payload = (None, f"autotune could not choose ({type(err).__name__}: {err})")
         if trainer.world_size > 1:
             payload = trainer.strategy.broadcast(payload, src=0)
         return payload
 
+    def _restart_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
+        """At the end of the first epoch: the fix for workers that restart every epoch and spent most of it
+        starting up (rules/autotune.py: restart_bound, restart_fix), or None (the verdict decides later)."""
+        waits = run.timer.epoch_start_wait_ms
+        first, _ = self.entries[0]
+        reloads = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)
+        if not waits or first is None or reloads:
+            return None, ""
+        combined = getattr(trainer.fit_loop, "_combined_loader", None)
+        loaders = list(combined.flattened) if combined is not None else []
+        if len(loaders) != 1 or not eligible(loaders[0], epoch_batches(combined)):
+            return None, ""
+        dl = loaders[0]
+        length = run_length(trainer)
+        if not dl.num_workers or length.epochs is None or not length.steps_per_epoch:
+            return None, ""
+        epochs_left = length.epochs - (trainer.current_epoch + 1)
+        start_ms = waits[0]
+        # the epoch's steps at their median (the profiled ones, which may fall in this epoch, are slower)
+        epoch_steps_ms = (first - start_ms) * length.steps_per_epoch
+        if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms):
+            return None, ""
+        budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S)
+        batch_s = time_in_process(dl, budget)
+        self.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
+        return restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s), ""
+
     def _before(self) -> list[float]:
         out: list[float] = []
         for first, steps in self.entries[: self.split]:
-            out += ([first] if first is not None else []) + steps
+            out += _spread(first, steps, self.per_epoch)
         return out
 
     def _after(self) -> list[float]:
@@ -163,13 +241,17 @@ class Autotuner:
         switched epoch) is left out: keeping the setting does not pay it again."""
         out: list[float] = []
         for i, (first, steps) in enumerate(self.entries[self.split :], start=self.split):
-            if first is not None and i not in self.one_off:
-                out.append(first)
-            out += steps[1:] if (first is None and i == self.split) else steps
+            steps = steps[1:] if (first is None and i == self.split) else steps
+            out += _spread(None if i in self.one_off else first, steps, self.per_epoch)
         return out
 
     def _apply(
-        self, run: Any, trainer: Any, payload: tuple[dict[str, Any] | None, str], mid_epoch: bool
+        self,
+        run: Any,
+        trainer: Any,
+        payload: tuple[dict[str, Any] | None, str],
+        mid_epoch: bool,
+        basis: str = BASIS_VERDICT,
     ) -> None:
         settings, reason = payload
         self.state = DONE
@@ -219,7 +301,10 @@ class Autotuner:
             steps_before=len(self.before),
             loaders=len(changed),
             keep_line=keep_line(settings, config.batch_size if config is not None else None),
+            basis=basis,
         )
+        if basis == BASIS_FIRST_EPOCH and self.first_epoch is not None:
+            self.record.startup_ms, self.record.in_process_batch_ms = self.first_epoch
         self.state = TRIAL
         when = "mid-epoch, the sampler's position kept" if mid_epoch else f"from epoch {self.switch_epoch}"
         self._say(
@@ -281,6 +366,15 @@ class Autotuner:
         record.reason = decision.reason
         self._say(f"autotune {autotune_line(record)}")
 
+    def settled_loader(self) -> str | None:
+        """Why the measurement stage need not probe the train loader (a switch already made), else None."""
+        if self.record is None or self.record.status not in (APPLIED, KEPT):
+            return None
+        return (
+            f"autotune switched the train DataLoader to {settings_text(self.record.settings)} at step "
+            f"{self.record.applied_at_step} and times it on the run itself"
+        )
+
     # ------------------------------------------------------------------ the end of fit
     def result(self, run: Any) -> AutotuneRecord:
         """The record for the report: as decided, or what stands when the fit ended."""
@@ -306,3 +400,16 @@ class Autotuner:
     def _say(self, text: str) -> None:
         if self.verbose:
             rank_zero_info(f"lightning-bottleneck: {text}")
+
+
+def _spread(first: float | None, steps: list[float], per_epoch: int | None) -> list[float]:
+    """An epoch's timed steps with its epoch-start wait (``first``: the wait plus a median step) spread over the
+    epoch's ``per_epoch`` steps: one wait an epoch, which every epoch with the setting pays. The mean is then the
+    epoch's time a step whatever steps were left out (the profiled ones), and one long wait among a few steps no
+    longer makes the bootstrap interval of the mean span everything (issue 29's worker_restart: a 0.4 s start-up
+    among 10 steps of 2 ms, "inconclusive" at 3.5x)."""
+    if first is None or not steps:
+        return ([first] if first is not None else []) + steps
+    med = median(steps)
+    share = max(0.0, first - med) / max(per_epoch or 0, len(steps) + 1)
+    return [v + share for v in (med, *steps)]

@@ -51,6 +51,7 @@ from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, L
 from lightning_bottleneck.measure.cpus import usable_cpus as _usable_cpus
 from lightning_bottleneck.measure.loader_climb import climb
 from lightning_bottleneck.measure.loader_factory import plan_probe
+from lightning_bottleneck.measure.loader_rung import time_rung
 from lightning_bottleneck.measure.loader_with_step import (
     IN_TRAINING_SHARE,
     STEP_ALONE_SHARE,
@@ -61,7 +62,7 @@ from lightning_bottleneck.measure.loader_with_step import (
     wait_bound_candidate,
 )
 
-__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_MEMORY_BUDGET_BYTES", "probe_loader"]
+__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_MEMORY_BUDGET_BYTES", "probe_loader", "time_in_process"]
 
 # Default wall-clock budget of the whole probe: "a few seconds" (issue 8), about one short validation
 # pass; a rung needs worker start-up plus two rounds of batches.
@@ -156,6 +157,23 @@ def probe_loader(
     ladder.elapsed_s = time.perf_counter() - start
     ladder.skipped = not ladder.rungs
     return ladder
+
+
+def time_in_process(loader: DataLoader, budget_s: float, seed: int = 0) -> float | None:
+    """Seconds a batch of ``loader`` takes loaded in this process (``num_workers=0``), timed for about
+    ``budget_s`` (at least one batch), or None where the probe cannot copy the loader (an IterableDataset, no
+    len()) or the loading failed. Like the probe, the training loader, its sampler and the RNGs are left as they
+    were."""
+    ladder = LoaderLadder(budget_s=budget_s, usable_cpus=1)
+    plan = plan_probe(loader, ladder, seed)
+    if plan is None:
+        return None
+    deadline = time.perf_counter() + max(0.0, budget_s)
+    with _rng_preserved():
+        rung = time_rung(plan, 0, None, deadline, budget_s, seed, ladder, [])
+    if rung is None or rung.samples_per_s <= 0:
+        return None
+    return plan.batch_size / rung.samples_per_s
 
 
 @contextlib.contextmanager

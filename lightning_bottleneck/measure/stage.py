@@ -247,8 +247,10 @@ def measure(
     cpu_start: CpuSnapshot | None = None,
     cpu_end: CpuSnapshot | None = None,
     agree: Callable[[list[bool]], list[bool]] | None = None,
+    train_loader_settled: str | None = None,
 ) -> None:
     """Run every part of the stage that applies, into ``out``; a part that fails becomes a note.
+    ``train_loader_settled``: why the train loader is not probed (autotune already switched it), else None.
 
     It reads the evidence so far (this rank's summary, the always-on timing, the run's configuration, the fit
     ledger) and fills what it measures: ``run_length``, ``contention``, ``window_check``, ``loader_ladder``,
@@ -269,6 +271,9 @@ def measure(
         out.window_check = window_check(summary, outside_ms, out.contention)
     wait, stall = input_shares(summary, timing, out.run_length, cfg.num_workers, cfg.persistent_workers)
     wants_probe = options.probe_loader and max(wait, stall) >= thresholds.INPUT_SHARE_MEDIUM
+    if wants_probe and train_loader_settled is not None:
+        wants_probe = False
+        out.notes.append(f"Train loader probe skipped: {train_loader_settled}.")
     wants_val = options.probe_loader and wants_val_probe(ledger)
     wants_trial = batch is not None and wants_trials(summary)
     options = options.resolved(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_bottleneck.autotune_record import APPLIED, KEPT, UNDONE, AutotuneRecord
+from lightning_bottleneck.autotune_record import APPLIED, BASIS_FIRST_EPOCH, KEPT, UNDONE, AutotuneRecord
 
-__all__ = ["autotune_line", "measured_text", "settings_text"]
+__all__ = ["autotune_line", "basis_text", "measured_text", "settings_text"]
 
 
 def settings_text(settings: dict[str, Any]) -> str:
@@ -24,6 +24,21 @@ def measured_text(record: AutotuneRecord) -> str:
     return text + f" over {record.steps_after} steps after against {record.steps_before} before"
 
 
+def basis_text(record: AutotuneRecord) -> str:
+    """`` (chosen after the first epoch: ...)`` for a first-epoch choice; empty for the verdict's."""
+    if record.basis != BASIS_FIRST_EPOCH or record.startup_ms is None:
+        return ""
+    loading = (
+        f"; a batch loads in {record.in_process_batch_ms:.2f} ms in the training process"
+        if record.in_process_batch_ms is not None
+        else ""
+    )
+    return (
+        f" (chosen after the first epoch: its workers, restarted every epoch, took {record.startup_ms:.0f} ms to "
+        f"start{loading})"
+    )
+
+
 def autotune_line(record: AutotuneRecord) -> str:
     """One sentence: what autotune applied, at which step, what it measured, and whether it was kept."""
     what = settings_text(record.settings)
@@ -33,7 +48,7 @@ def autotune_line(record: AutotuneRecord) -> str:
         + f"epoch {record.applied_at_epoch})"
         if record.applied_at_step is not None
         else ""
-    )
+    ) + basis_text(record)
     measured = measured_text(record)
     if record.status == KEPT:
         return f"applied {what} {where}: measured {measured}; kept. To keep it without autotune: {record.keep_line}"

@@ -10,6 +10,10 @@ advice its switch settled.
   waits in (a worker start-up paid once per epoch is a cost of the setting the median would not see). Kept only
   when faster beyond noise; anything else is switched back.
 * :func:`settled`: at the end of fit, the advice the switch already answered (not advised again).
+* :func:`restart_bound` / :func:`restart_fix`: the one case decided before any profiling, at the end of the first
+  epoch: workers that restart every epoch spent most of it starting up. The fix is ``num_workers=0`` when loading
+  in the training process (timed there) costs the epochs left less than one more start-up, else
+  ``persistent_workers=True`` (the same workers, started once more, then kept).
 
 Example::
 
@@ -27,15 +31,19 @@ from lightning_bottleneck.autotune_record import APPLIED, KEPT, UNDONE, Autotune
 from lightning_bottleneck.bootstrap import HELPED, HURT, INCONCLUSIVE, NO_CHANGE, ratio_interval
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.report import Recommendation, Report
-from lightning_bottleneck.thresholds import NO_CHANGE_BAND
+from lightning_bottleneck.rules.loader_pace import MEASURED_GAIN_MIN
+from lightning_bottleneck.thresholds import EPOCH_STALL_MIN_MS, NO_CHANGE_BAND
 
 __all__ = [
     "AUTOTUNE_SETTINGS",
     "MIN_CONFIRM_STEPS",
     "MIN_EPOCHS_LEFT",
+    "RESTART_SHARE_MIN",
     "Decision",
     "choose",
     "decide",
+    "restart_bound",
+    "restart_fix",
     "settled",
 ]
 
@@ -47,6 +55,13 @@ MIN_CONFIRM_STEPS = 20
 #: Epochs the fit must still run after the boundary where the setting would be applied: one to time it, one
 #: at least to profit from it (a setting applied for the last epoch could never be checked or undone).
 MIN_EPOCHS_LEFT = 2
+#: Autotune switches at the end of the first epoch, before the profiling window and its verdict, when workers that
+#: restart every epoch (``num_workers > 0`` without ``persistent_workers``) spent at least this share of that
+#: epoch before its first batch: every epoch left would then take at least twice its steps' time, a loss that no
+#: step-level noise fakes and that the window's verdict would only confirm an epoch or two later (issue 29's
+#: worker_restart: 0.45 s of start-up against 10 steps of 2 ms an epoch, so waiting for the verdict at step ~20 and
+#: the epoch-3 boundary cost two more start-ups than the whole best fit takes). Below it the verdict decides.
+RESTART_SHARE_MIN = 0.5
 
 
 def choose(report: Report | None, accelerator: str | None) -> tuple[dict[str, Any] | None, str]:
@@ -99,6 +114,33 @@ def decide(before_ms: list[float], after_ms: list[float]) -> Decision:
             False, ratio, interval, NO_CHANGE, f"no change beyond the ±{NO_CHANGE_BAND:.0%} noise band"
         )
     return Decision(False, ratio, interval, INCONCLUSIVE, "not faster beyond the run's noise")
+
+
+def restart_bound(start_ms: float, epoch_steps_ms: float) -> bool:
+    """Whether the first epoch's wait for its first batch (``start_ms``: the workers' start-up) is at least
+    :data:`RESTART_SHARE_MIN` of that epoch (the wait plus its steps) and above the stall floor
+    (:data:`~lightning_bottleneck.thresholds.EPOCH_STALL_MIN_MS`). The caller checks that the workers restart."""
+    if start_ms < EPOCH_STALL_MIN_MS or epoch_steps_ms < 0:
+        return False
+    return start_ms >= RESTART_SHARE_MIN * (start_ms + epoch_steps_ms)
+
+
+def restart_fix(
+    start_s: float, steps_per_epoch: int, epochs_left: int, in_process_batch_s: float | None
+) -> dict[str, Any]:
+    """The setting that ends the restarts, chosen on the run's own figures.
+
+    With the workers kept (``persistent_workers=True``) the epochs left cost their steps plus one more start-up
+    (the re-created loader's); loading in the training process (``num_workers=0``) costs them their steps plus
+    the loading, one after the other (``in_process_batch_s`` a batch, timed in this process; ``None`` when it
+    could not be timed). ``num_workers=0`` only when its loading over every epoch left, with the
+    :data:`~lightning_bottleneck.rules.loader_pace.MEASURED_GAIN_MIN` margin, stays under that one start-up; the
+    step then pays no wait it did not pay before, since the workers' steady wait is never below zero."""
+    if in_process_batch_s is not None and in_process_batch_s >= 0:
+        loading = epochs_left * steps_per_epoch * in_process_batch_s
+        if loading * MEASURED_GAIN_MIN < start_s:
+            return {"num_workers": 0}
+    return {"persistent_workers": True}
 
 
 def settled(record: AutotuneRecord, rec: Recommendation) -> bool:
