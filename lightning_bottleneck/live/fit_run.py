@@ -42,7 +42,7 @@ from lightning_bottleneck.live.verdict_cycle import (
     picture_changed,
     unfinished_window_note,
 )
-from lightning_bottleneck.live.verdict_outputs import publish_picture, publish_scalars
+from lightning_bottleneck.live.verdict_outputs import publish_picture, publish_scalars, text_to_child
 from lightning_bottleneck.live.window_analysis import WindowAnalysis, analyse_trace_file
 from lightning_bottleneck.measure.contention import take_snapshot
 from lightning_bottleneck.measure.memory_trend import MemorySampler
@@ -468,6 +468,7 @@ class FitRun:
 
     def publish(self, trainer: pl.Trainer, report: Report) -> None:
         changed = picture_changed(self.midrun_report, report)  # the first verdict, or another than mid-run
+        text_dir = text_to_child(trainer, self.trace_dir, self.worker, self.analysis is not None)
         written = publish(
             trainer,
             report,
@@ -478,6 +479,7 @@ class FitRun:
             explicit_path=self.options.report_path is not None,
             owner=self.owner,
             unchanged=not changed,
+            text_in_child=text_dir is not None,
         )
         publish_scalars(trainer, report)
         self.join_picture()
@@ -485,9 +487,8 @@ class FitRun:
         # none without a profiled window (no per-step bars: the fit would wait at its end for the child
         # to draw the text that TensorBoard's Text tab and the HTML page already hold)
         image = changed and self.phases is not None
-        self.picture = publish_picture(
-            trainer, report, self.phases, written or self.report_file, image=image, worker=self.worker
-        )
+        file = written or self.report_file
+        self.picture = publish_picture(trainer, report, self.phases, file, image, self.worker, text_dir)
 
     def join_picture(self) -> None:
         picture, self.picture = self.picture, None

@@ -22,8 +22,10 @@ __all__ = [
     "choose_report_path",
     "compare_with_baseline",
     "exit_note",
+    "has_tensorboard_logger",
     "publish",
     "write_tensorboard_text",
+    "write_text_beside_traces",
 ]
 
 #: The TensorBoard Text-tab tag of the report.
@@ -41,6 +43,7 @@ def publish(
     explicit_path: bool = False,
     owner: object = None,
     unchanged: bool = False,
+    text_in_child: bool = False,
 ) -> Path | None:
     """Compare with ``baseline`` (if any), print the summary, write the JSON report and the TensorBoard text.
 
@@ -54,6 +57,8 @@ def publish(
         owner: who publishes (the callback): it may replace the reports it wrote itself.
         verbose: None prints the short answer, True the full detail, False nothing.
         unchanged: the end-of-fit verdict and first advice are those printed mid-run: a short summary is printed.
+        text_in_child: without a TensorBoard logger, the Text-tab event is left to the child process (the
+            caller sends it with the picture: :func:`~lightning_bottleneck.live.verdict_outputs.publish_picture`).
     """
     if baseline is not None:
         compare_with_baseline(report, baseline)
@@ -72,7 +77,7 @@ def publish(
         except Exception as err:
             rank_zero_warn(f"BottleneckCallback could not write its report to {target} ({_reason(err)}).")
     try:
-        write_tensorboard_text(trainer, report, trace_dir)
+        write_tensorboard_text(trainer, report, trace_dir, leave_to_child=text_in_child)
     except Exception as err:
         rank_zero_warn(f"BottleneckCallback could not write its report to TensorBoard ({_reason(err)}).")
     return written
@@ -181,22 +186,33 @@ def exit_note(exception: BaseException) -> str:
     return f"fit ended by {name}: {message}" if message else f"fit ended by {name}"
 
 
-def write_tensorboard_text(trainer: Any, report: Report, trace_dir: Path | None) -> None:
-    """The report in TensorBoard's Text tab: the run's TensorBoard logger, else a writer next to the traces."""
-    markdown = render_markdown(report)
+def has_tensorboard_logger(trainer: Any) -> bool:
+    return any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers)
+
+
+def write_tensorboard_text(
+    trainer: Any, report: Report, trace_dir: Path | None, leave_to_child: bool = False
+) -> None:
+    """The report in TensorBoard's Text tab: the run's TensorBoard logger, else a writer next to the traces
+    (``leave_to_child``: that one is the child process's to write)."""
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
-            logger.experiment.add_text(TEXT_TAG, markdown, global_step=trainer.global_step)
+            logger.experiment.add_text(TEXT_TAG, render_markdown(report), global_step=trainer.global_step)
             logger.experiment.flush()
             return
     # No TensorBoard logger: still put the verdict next to the traces for TensorBoard to show.
-    if trace_dir is None:
+    if trace_dir is None or leave_to_child:
         return
+    write_text_beside_traces(trace_dir, render_markdown(report), trainer.global_step)
+
+
+def write_text_beside_traces(trace_dir: Path, markdown: str, step: int) -> None:
+    """The Text-tab event in ``trace_dir``, with torch's writer, in this process."""
     from torch.utils.tensorboard import SummaryWriter
 
     trace_dir.mkdir(parents=True, exist_ok=True)
     writer = SummaryWriter(log_dir=str(trace_dir))
     try:
-        writer.add_text(TEXT_TAG, markdown, global_step=trainer.global_step)
+        writer.add_text(TEXT_TAG, markdown, global_step=step)
     finally:
         writer.close()

@@ -22,11 +22,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.live.offload import ChildFailed, ChildJob, ChildWorker
+from lightning_bottleneck.live.publishing import TEXT_TAG, has_tensorboard_logger, write_text_beside_traces
 from lightning_bottleneck.output.picture import IMAGE_TAG
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
-__all__ = ["log_png", "publish_picture", "publish_scalars", "verdict_scalars"]
+__all__ = ["log_png", "publish_picture", "publish_scalars", "text_to_child", "verdict_scalars"]
 
 
 def verdict_scalars(report: Report) -> dict[str, float]:
@@ -64,6 +65,19 @@ def publish_scalars(trainer: Any, report: Report) -> None:
         logger.log_metrics(metrics, step=trainer.global_step)
 
 
+def text_to_child(
+    trainer: Any, trace_dir: Path | None, worker: ChildWorker | None, analysed: bool
+) -> Path | None:
+    """Where the child process writes the report for TensorBoard's Text tab, or None (this process writes it).
+
+    Without a TensorBoard logger the event goes with the picture to the child, which readied its writer after
+    the window's analysis (``analysed``): torch's writer would cost the training process ~70 ms of imports
+    at the mid-run verdict. With a logger, its writer is already there."""
+    if trace_dir is None or not analysed or worker is None or worker.failed is not None:
+        return None
+    return None if has_tensorboard_logger(trainer) else trace_dir
+
+
 def publish_picture(
     trainer: Any,
     report: Report,
@@ -71,14 +85,16 @@ def publish_picture(
     report_file: Path | None,
     image: bool = True,
     worker: ChildWorker | None = None,
+    text_dir: Path | None = None,
 ) -> threading.Thread:
     """``bottleneck_report.html`` beside the JSON report and (``image``) the PNG in the TensorBoard logger's
     Images tab, drawn by a torch-free child process (:mod:`~lightning_bottleneck.output.child_process`:
     drawing takes ~0.05 s of GIL a picture, which would stall training steps) that a daemon thread
     waits for; the thread only hands the finished PNG to TensorBoard's writer (thread-safe). If the child
     fails, the thread draws in-process, with a note. ``worker``: the fit's warm child (without one, a
-    child of its own). The caller joins the thread before the next picture and at teardown. A failure is
-    one warning (the verdict is already out)."""
+    child of its own). ``text_dir``: the child also writes the report in TensorBoard's Text tab there (a fit
+    without a TensorBoard logger; in-process if the child fails). The caller joins the thread before the next
+    picture and at teardown. A failure is one warning (the verdict is already out)."""
     writer = None
     if image:
         writer = next((lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
@@ -86,7 +102,7 @@ def publish_picture(
     step = trainer.global_step
     thread = threading.Thread(
         target=_draw_in_child,
-        args=(report, phases, out_dir, writer, step, worker),
+        args=(report, phases, out_dir, writer, step, worker, text_dir),
         name="lightning-bottleneck-picture",
         daemon=True,
     )
@@ -101,14 +117,17 @@ def _draw_in_child(
     writer: Any,
     step: int,
     worker: ChildWorker | None,
+    text_dir: Path | None = None,
 ) -> None:
-    request = {
+    request: dict[str, Any] = {
         "job": "picture",
         "report": report,
         "phases": phases,  # pure (made by the analysis): pickled exactly
         "out_dir": str(out_dir) if out_dir is not None else None,
         "image": writer is not None,
     }
+    if text_dir is not None:
+        request["text"] = {"dir": str(text_dir), "tag": TEXT_TAG, "step": step}
     try:
         answer = worker.request(request) if worker is not None else ChildJob(request).run()
         notes = list(answer["notes"])
@@ -117,6 +136,8 @@ def _draw_in_child(
             writer.flush()
     except ChildFailed as err:
         _note(report, f"the picture was drawn in the training process ({err})")
+        if text_dir is not None:
+            _text_in_process(report, text_dir, step)
         _draw(report, phases, out_dir, writer, step)
         return
     except Exception as err:
@@ -146,6 +167,17 @@ def log_png(writer: Any, tag: str, png: bytes, step: int) -> None:
     with Image.open(io.BytesIO(png)) as img:
         rgb = np.asarray(img.convert("RGB"))
     writer.add_image(tag, rgb, step, dataformats="HWC")
+
+
+def _text_in_process(report: Report, text_dir: Path, step: int) -> None:
+    from lightning_bottleneck.output.text import render_markdown
+
+    try:
+        write_text_beside_traces(text_dir, render_markdown(report), step)
+    except Exception as err:
+        rank_zero_warn(
+            f"BottleneckCallback could not write its report to TensorBoard: {type(err).__name__}: {err}"
+        )
 
 
 def _note(report: Report, note: str) -> None:

@@ -10,7 +10,10 @@ other until its stdin closes (the callback starts one at ``setup`` and keeps it 
 * ``{"job": "analyse", "path": ..., "rank": ...}`` -> ``{"summary": TraceSummary, "phases": StepPhases}``
 * ``{"job": "picture", "report": Report, "phases": StepPhases, "out_dir": ..., "image": bool}`` ->
   ``{"html": path or None, "png": bytes or None, "notes": [...]}`` (the HTML page written here; the PNG
-  handed back for the TensorBoard writer, which lives in the training process)
+  handed back for the TensorBoard writer, which lives in the training process); with ``"text": {"dir": ...,
+  "tag": ..., "step": ...}`` also the report in TensorBoard's Text tab, in an event file of that directory
+  (:mod:`~lightning_bottleneck.output.tb_text`: for a fit without a TensorBoard logger, whose training process
+  would otherwise import torch's writer for it)
 
 Each request is pickled on stdin, each answer pickled on stdout (``{"ok": True, ...}`` or ``{"ok": False,
 "error": ...}``). The child refuses to import torch or lightning (an import hook raises ImportError, so a
@@ -78,6 +81,12 @@ def render_picture(request: dict[str, Any]) -> dict[str, Any]:
     phases = request.get("phases")
     out_dir = request.get("out_dir")
     answer: dict[str, Any] = {"html": None, "png": None, "notes": []}
+    text = request.get("text")
+    if text is not None:
+        from lightning_bottleneck.output.tb_text import write_text_event
+        from lightning_bottleneck.output.text import render_markdown
+
+        write_text_event(text["dir"], text["tag"], render_markdown(report), int(text["step"]))
     if out_dir is not None:
         answer["html"] = str(write_html(report, phases, Path(out_dir) / HTML_FILENAME))
     if request.get("image"):
@@ -159,6 +168,11 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
         stdout.flush()
         if failed is not None:
             return 2
+        if request.get("job") == "analyse":  # answered: ready the Text-tab writer for the picture job
+            with contextlib.suppress(Exception):
+                from lightning_bottleneck.output.tb_text import warm
+
+                warm()
 
 
 def _warm_up() -> None:
