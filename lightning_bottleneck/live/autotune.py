@@ -20,7 +20,7 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
 One case is decided earlier, at the end of the first epoch, before the profiling window's verdict (or where that
 verdict has no measured setting to apply): workers that restart every epoch spent most of it starting up (:func:`~lightning_bottleneck.rules.autotune.restart_bound`).
 Rank zero times a few batches loaded in the training process
-(:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a twentieth of that start-up) and picks
+(:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a fiftieth of that start-up) and picks
 ``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the
 switch, the check and the undo are the same as above. After such a switch the measurement stage does not probe
 the train loader again (its advice is settled by the switch).
@@ -70,10 +70,10 @@ from lightning_bottleneck.rules.autotune import (
 )
 
 #: The in-process timing of the first-epoch check takes at most this share of the start-up it would save once an
-#: epoch (a twentieth: the check then costs the run far less than any epoch left gains; on issue 29's
-#: worker_restart 20 ms time ~150 batches of 0.13 ms, where one start-up is 0.4 s), and never more than the
+#: epoch (a fiftieth: the check then costs the run far less than any epoch left gains; on issue 29's
+#: worker_restart 8 ms time ~60 batches of 0.13 ms, where one start-up is 0.4 s), and never more than the
 #: probe's shortest rung (loader_rung.MIN_MEASURE_S, 0.25 s). At least one batch is loaded whatever it takes.
-IN_PROCESS_TIMING_SHARE = 0.05
+IN_PROCESS_TIMING_SHARE = 0.02
 IN_PROCESS_TIMING_MAX_S = 0.25
 
 WAITING, TRIAL, DONE = "waiting", "trial", "done"
