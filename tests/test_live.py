@@ -226,7 +226,9 @@ def test_worker_restarts_where_workers_are_needed_get_persistent_workers_first(t
     trainer.fit(Regressor(), loader)
     assert cb.report is not None
     assert cb.report.primary.value == "input", cb.report.breakdown
-    assert cb.report.recommendations, (cb.report.notes, cb.report.metrics.get("loader_ladder"))
+    # a string, which pytest prints whole (a tuple's repr is cut), to tell a rare failure's cause (issue 28)
+    ladder = json.dumps(cb.report.metrics.get("loader_ladder"), default=str)
+    assert cb.report.recommendations, "\n".join([*cb.report.notes, ladder])
     first = cb.report.recommendations[0].settings
     assert first.get("persistent_workers") is True, [r.settings for r in cb.report.recommendations]
     assert first.get("num_workers", 4) > 0
