@@ -18,8 +18,9 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
 3. *done*.
 
 One case is decided earlier, at the end of the first epoch, before the profiling window's verdict (or where that
-verdict has no measured setting to apply): workers that restart every epoch spent most of it starting up (:func:`~lightning_bottleneck.rules.autotune.restart_bound`).
-Rank zero times a few batches loaded in the training process
+verdict has no measured setting to apply): workers that restart every epoch spent most of it starting up
+(:func:`~lightning_bottleneck.rules.autotune.restart_bound`). Rank zero times a few batches loaded in the training
+process
 (:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a fiftieth of that start-up) and picks
 ``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the
 switch, the check and the undo are the same as above. After such a switch the measurement stage does not probe
