@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-__all__ = ["TEXT_SUFFIX", "write_text_event"]
+__all__ = ["TEXT_SUFFIX", "warm", "write_text_event"]
 
 #: What ``SummaryWriter.add_text`` appends to a tag (TensorBoard's Text tab lists the tag with it).
 TEXT_SUFFIX = "/text_summary"
