@@ -237,3 +237,39 @@ def test_a_worker_past_its_time_is_killed_and_later_requests_fail_at_once(
     with pytest.raises(offload.ChildFailed, match="longer than 1 s"):
         worker.request({"job": "analyse", "path": trace_file, "rank": 0})
     worker.close()
+
+
+def test_a_worker_told_it_writes_the_text_readies_that_writer_while_idle_and_only_then(
+    trace_file: str,
+) -> None:
+    """A fit without a TensorBoard logger: the child imports the Text-tab writer before any job asks for it
+    (the end-of-fit picture job must not pay ~0.1 s of imports while teardown waits); with a logger, never."""
+    ready: dict[bool, list[bool]] = {}
+    for warm in (True, False):
+        worker = offload.ChildWorker.start(warm_text=warm)
+        try:
+            answers = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # no job needs the writer: an unknown one answers an error
+                answer = _raw_request(worker, {"job": "nothing"})
+                answers.append(answer["text_writer_ready"])
+                if answers[-1] or (not warm and len(answers) >= 5):
+                    break
+                time.sleep(0.2)
+            answers.append(
+                _raw_request(worker, {"job": "analyse", "path": trace_file, "rank": 0})["text_writer_ready"]
+            )
+            ready[warm] = answers
+        finally:
+            worker.close()
+    assert ready[True][-1] and ready[True][-2], ready  # before the analysis, and still after it
+    assert not any(ready[False]), ready  # a fit with a TensorBoard logger writes its text in-process
+
+
+def _raw_request(worker: offload.ChildWorker, request: dict[str, Any]) -> dict[str, Any]:
+    """The child's whole answer, errors included (``ChildWorker.request`` raises on ``ok: False``)."""
+    proc = worker._proc
+    assert proc is not None and proc.stdin is not None and proc.stdout is not None
+    pickle.dump(request, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+    proc.stdin.flush()
+    return dict(pickle.load(proc.stdout))

@@ -29,7 +29,7 @@ from lightning_bottleneck.live.ledger import LiveLedger
 from lightning_bottleneck.live.offload import ChildWorker
 from lightning_bottleneck.live.phase_hooks import set_phase_hooks
 from lightning_bottleneck.live.profiler_window import ProfilerWindow, worker_name
-from lightning_bottleneck.live.publishing import exit_note, publish
+from lightning_bottleneck.live.publishing import exit_note, has_tensorboard_logger, publish
 from lightning_bottleneck.live.run_inspection import memory_stats
 from lightning_bottleneck.live.run_options import RunOptions
 from lightning_bottleneck.live.timing import StepTimer
@@ -130,7 +130,7 @@ class FitRun:
         # that its interpreter start and imports (~0.3-0.4 s of CPU, at lower priority) overlap Lightning's
         # own start-up and the steps before the window, and it is warm when the window closes: the
         # analysis then takes ~50 ms and the mid-run verdict never waits for a start-up.
-        self.worker = ChildWorker.start()
+        self.worker = ChildWorker.start(warm_text=not has_tensorboard_logger(trainer))
 
     def train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Read the run's configuration, install the sync hooks, set up the gather, start the window."""

@@ -29,6 +29,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from lightning_bottleneck.output.child_process import WARM_TEXT_FLAG
+
 __all__ = [
     "CHILD_TIMEOUT_S",
     "ENTRY_MODULE",
@@ -179,7 +181,10 @@ class ChildWorker:
         self._stderr: Any = None
 
     @classmethod
-    def start(cls) -> ChildWorker:
+    def start(cls, warm_text: bool = False) -> ChildWorker:
+        """``warm_text``: the child will write TensorBoard's Text-tab event (a fit without a TensorBoard
+        logger), so it imports that writer at its first idle moment (:func:`~lightning_bottleneck.output.
+        child_process.main`), not when the end-of-fit picture waits for it."""
         worker = cls()
         if not enabled():
             worker.failed = f"{IN_PROCESS_ENV} is set"
@@ -187,7 +192,7 @@ class ChildWorker:
         try:
             # a file, not a pipe: a pipe nobody reads could fill and block the child; closed in close()
             worker._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-            worker._proc = _spawn(stderr=worker._stderr.fileno())
+            worker._proc = _spawn(stderr=worker._stderr.fileno(), args=[WARM_TEXT_FLAG] if warm_text else [])
         except (ChildFailed, OSError) as err:
             worker.failed = str(err)
         return worker
@@ -252,10 +257,10 @@ class ChildWorker:
                 self._stderr.close()
 
 
-def _spawn(stderr: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+def _spawn(stderr: int = subprocess.DEVNULL, args: list[str] | None = None) -> subprocess.Popen[bytes]:
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", ENTRY_MODULE],
+            [sys.executable, "-m", ENTRY_MODULE, *(args or [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -5,7 +5,8 @@ picture (Pillow, ~0.05 s) hold the GIL; done in a thread of the training process
 steps after the window. The live callback runs them here instead, in a child started as
 ``python -m lightning_bottleneck.output.child_process`` (a pure module: the child never imports torch or
 lightning, so it starts in ~0.2 s), at a lower scheduling priority. It answers requests one after the
-other until its stdin closes (the callback starts one at ``setup`` and keeps it for the fit):
+other until its stdin closes (the callback starts one at ``setup`` and keeps it for the fit; with
+:data:`WARM_TEXT_FLAG` when it will write TensorBoard's Text tab):
 
 * ``{"job": "analyse", "path": ..., "rank": ...}`` -> ``{"summary": TraceSummary, "phases": StepPhases}``
 * ``{"job": "picture", "report": Report, "phases": StepPhases, "out_dir": ..., "image": bool}`` ->
@@ -40,13 +41,28 @@ from typing import Any, BinaryIO
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
 
-__all__ = ["NICE_INCREMENT", "analyse_trace_file", "handle", "main", "render_picture"]
+__all__ = [
+    "NICE_INCREMENT",
+    "TEXT_WRITER_MODULE",
+    "WARM_TEXT_FLAG",
+    "analyse_trace_file",
+    "handle",
+    "main",
+    "render_picture",
+]
 
 #: How much the child lowers its own scheduling priority (``os.nice``): when it competes with a training
 #: process for a core it gets about a third of the CPU (Linux CFS weights 335 against 1024). Not ``nice``'s
 #: default 10 (weight 110): on a loaded 2-core box that starved the child, and the step that takes the
 #: mid-run verdict (where every rank waits for the analysis) waited seconds for it.
 NICE_INCREMENT = 5
+#: The child's argument for a fit without a TensorBoard logger: it will write the Text-tab event, so it imports
+#: that writer (~0.1 s of protobuf and ``tensorboard.summary``) while idle before the window closes. Imported
+#: after the window's analysis instead, a fit that ends right after its window (worker_restart once autotune
+#: switched it: 1 ms steps) had its teardown wait ~0.1 s for it, in one run of three.
+WARM_TEXT_FLAG = "--warm-text"
+#: The module whose presence says the Text-tab writer is warm (every answer says so: ``text_writer_ready``).
+TEXT_WRITER_MODULE = "tensorboard.summary.writer.event_file_writer"
 _FORBIDDEN = ("torch", "lightning", "pytorch_lightning")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -139,7 +155,12 @@ class _NoFrameworks(importlib.abc.MetaPathFinder):
         return None
 
 
-def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
+def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, warm_text: bool | None = None) -> int:
+    """Answer pickled requests on ``stdin`` until it closes. ``warm_text`` (default: :data:`WARM_TEXT_FLAG` among
+    the arguments): the Text-tab writer is imported (~0.1 s) at the first moment no request waits, so that the
+    end-of-fit picture job, which a short fit's teardown waits for, does not pay it."""
+    if warm_text is None:
+        warm_text = WARM_TEXT_FLAG in sys.argv[1:]
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing printed by a library may corrupt the pickled answer
@@ -149,8 +170,12 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
     if os.getppid() != parent:  # the parent died before the death signal was armed
         return 1
     _warm_up()
+    answered = False
     while True:  # one answer per request, until the parent closes the pipe
         failed: BaseException | None = None
+        waiting = _waiting(stdin)
+        if warm_text and (waiting is False or (waiting is None and answered)):  # idle: ready the writer now
+            warm_text = not _warm_text()
         try:
             request = pickle.load(stdin)
         except EOFError:
@@ -164,15 +189,31 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
         except BaseException as err:
             answer = {"ok": False, "error": f"{type(err).__name__}: {err}"}
         answer["forbidden_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in _FORBIDDEN)
+        answer["text_writer_ready"] = TEXT_WRITER_MODULE in sys.modules
         pickle.dump(answer, stdout, protocol=pickle.HIGHEST_PROTOCOL)
         stdout.flush()
+        answered = True
         if failed is not None:
             return 2
-        if request.get("job") == "analyse":  # answered: ready the Text-tab writer for the picture job
-            with contextlib.suppress(Exception):
-                from lightning_bottleneck.output.tb_text import warm
 
-                warm()
+
+def _warm_text() -> bool:
+    with contextlib.suppress(Exception):
+        from lightning_bottleneck.output.tb_text import warm
+
+        warm()
+    return True
+
+
+def _waiting(stream: BinaryIO) -> bool | None:
+    """Whether a request is already there; None when there is no telling (a test's BytesIO has no file
+    descriptor; on Windows ``select`` cannot poll a pipe): the writer is then readied after the first answer."""
+    try:
+        import select
+
+        return bool(select.select([stream.fileno()], [], [], 0)[0])
+    except Exception:
+        return None
 
 
 def _warm_up() -> None:
