@@ -41,6 +41,8 @@ from lightning_bottleneck.output.html import render_html
 from lightning_bottleneck.output.text import render_markdown, render_text
 from lightning_bottleneck.report import Recommendation, Report
 from lightning_bottleneck.rules.autotune import (
+    CLEAN_BEFORE_MIN,
+    CLEAN_BEFORE_STEPS,
     MIN_CONFIRM_STEPS,
     choose,
     decide,
@@ -183,6 +185,44 @@ def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path
     assert replaced is not loader and replaced._iterator is None  # its persistent workers were shut down
     assert tuned.seen == plain.seen
     assert "switched back" in autotune_line(record)
+
+
+class SlowUntilVerdict(Seen):
+    """Steps of 30 ms more until the callback's mid-run verdict: the warm-up, window and analysis that make the
+    steps before a verdict slower than the fit's, for reasons no loader setting changes."""
+
+    cb: BottleneckCallback | None = None
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.cb is not None and self.cb.midrun_report is None:
+            time.sleep(0.03)
+        return super().training_step(batch, batch_idx)
+
+
+def test_the_switch_is_judged_against_the_steps_after_the_verdict_not_the_slow_ones_before(
+    tmp_path: Path, forced: None
+) -> None:
+    # 12 ms a batch in-process; two workers at 36 ms a batch each deliver one every 18 ms: the setting is slower
+    # than the steady steps, and faster only than the 42 ms steps before the verdict
+    data = Indexed(in_process_s=0.003, in_worker_s=0.009)
+    model = SlowUntilVerdict()
+    cb = BottleneckCallback(**FAST, autotune=True)
+    model.cb = cb
+    trainer = quiet_trainer(tmp_path, [cb], max_epochs=6)
+    trainer.fit(model, train_dataloaders=_loader(data, True))
+    record = cb.report.autotune
+    verdict_step = int(re.search(r"Mid-run verdict at step (\d+)", " ".join(cb.midrun_report.notes)).group(1))
+    assert record is not None and record.status == UNDONE, record
+    assert record.step_ratio is not None and record.step_ratio > 1.0, record
+    assert record.steps_before is not None and record.steps_before >= CLEAN_BEFORE_MIN, record
+    steps_per_epoch = len(data) // 4
+    if record.mid_epoch:  # the switch waited for the steps it is judged against
+        assert record.applied_at_step == verdict_step + CLEAN_BEFORE_STEPS, (record, verdict_step)
+    else:  # the epoch ended first: the switch is at its boundary
+        assert (
+            record.applied_at_step % steps_per_epoch == 0
+            and record.applied_at_step < verdict_step + CLEAN_BEFORE_STEPS
+        )
 
 
 def test_a_datamodule_and_a_combined_loader_are_switched(tmp_path: Path, forced: None) -> None:

@@ -11,6 +11,10 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
    the arguments the user's DataLoader was built with, captured by Lightning, with the same sampler object), and
    puts them in the fit loop's ``CombinedLoader`` (``flattened``), so the next epoch iterates them. Every train
    loader of a ``CombinedLoader`` gets the setting.
+   Where the sampler's position can be kept exactly (:func:`~lightning_bottleneck.live.loader_switch.
+   can_switch_mid_epoch`) the switch is made mid-epoch instead, :data:`~lightning_bottleneck.rules.autotune.
+   CLEAN_BEFORE_STEPS` steps after the verdict: those steps are what the setting is judged against, not the
+   fit's warm-up, the profiled window and the steps beside the window's analysis.
 2. *trial*: after at least :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps and one epoch,
    rank zero compares the steps after with the steps before
    (:func:`~lightning_bottleneck.rules.autotune.decide`, the noise-aware comparison of ``compare``) and
@@ -62,6 +66,8 @@ from lightning_bottleneck.measure.loader_probe import time_in_process
 from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.output.autotune import autotune_line, settings_text
 from lightning_bottleneck.rules.autotune import (
+    CLEAN_BEFORE_MIN,
+    CLEAN_BEFORE_STEPS,
     MIN_CONFIRM_STEPS,
     MIN_EPOCHS_LEFT,
     choose,
@@ -78,6 +84,8 @@ IN_PROCESS_TIMING_SHARE = 0.02
 IN_PROCESS_TIMING_MAX_S = 0.25
 
 WAITING, TRIAL, DONE = "waiting", "trial", "done"
+#: ``switch_at`` when no mid-epoch switch waits (the fit's own "never" step).
+NO_SWITCH = 2**62
 
 
 class Autotuner:
@@ -105,6 +113,10 @@ class Autotuner:
         # the first-epoch check's figures, for the record: (start-up ms, a batch loaded in-process ms)
         self.first_epoch: tuple[float, float | None] | None = None
         self.per_epoch: int | None = None  # training batches an epoch (trainer.num_training_batches)
+        # the mid-run verdict's position in the step ring (the steps from there on are clean: see _clean_before)
+        # and the step at which the mid-epoch switch is made (:data:`CLEAN_BEFORE_STEPS` later)
+        self.clean_from: int | None = None
+        self.switch_at = NO_SWITCH
 
     # ------------------------------------------------------------------ timing per epoch
     def epoch_start(self, run: Any) -> None:
@@ -168,6 +180,7 @@ class Autotuner:
                 self._apply(run, trainer, payload, mid_epoch=False, basis=BASIS_FIRST_EPOCH)
                 return
         if self.state == WAITING and run.midrun_report is not None:
+            self.switch_at = NO_SWITCH  # the boundary comes first: the switch is made here
             if self.pending is None:  # no choice at the mid-run verdict (it did not reach this object)
                 self.pending = self._agreed_choice(run, trainer)
             self._apply(run, trainer, self.pending, mid_epoch=False)
@@ -181,13 +194,30 @@ class Autotuner:
             return
         try:
             self.pending = self._agreed_choice(run, trainer)
+            self.clean_from = run.timer.step_ms.n
             if self.pending[0] is not None and can_switch_mid_epoch(trainer, self.pending[0]):
+                self.switch_at = run.timer.steps + CLEAN_BEFORE_STEPS  # the same step on every rank
+        except Exception as err:
+            self._failed(err)
+
+    def step(self, run: Any, trainer: Any) -> None:
+        """A batch end at or after ``switch_at`` (the caller's due work): the mid-epoch switch, once the steps
+        after the verdict are timed; the same step on every rank."""
+        self.switch_at = NO_SWITCH
+        if self.state != WAITING or self.pending is None or self.pending[0] is None:
+            return
+        try:
+            if can_switch_mid_epoch(trainer, self.pending[0]):
                 self._apply(run, trainer, self.pending, mid_epoch=True)
         except Exception as err:
-            self.state = DONE
-            self.record = AutotuneRecord(
-                status=NOT_APPLIED, reason=f"autotune failed ({type(err).__name__}: {err})"
-            )
+            self._failed(err)
+
+    def _failed(self, err: Exception) -> None:
+        self.state = DONE
+        self.switch_at = NO_SWITCH
+        self.record = AutotuneRecord(
+            status=NOT_APPLIED, reason=f"autotune failed ({type(err).__name__}: {err})"
+        )
 
     def _agreed_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
         return self._agreed(trainer, lambda: self._choose(run, trainer))
@@ -231,11 +261,34 @@ class Autotuner:
         self.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
         return restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s), ""
 
-    def _before(self) -> list[float]:
+    def _before(self, run: Any, basis: str) -> list[float]:
+        """What the setting is judged against: for a verdict's setting the steps since the verdict
+        (:meth:`_clean_before`) when there are enough of them, else every timed step before the switch."""
+        clean = self._clean_before(run) if basis == BASIS_VERDICT else None
+        if clean is not None:
+            return clean
         out: list[float] = []
         for first, steps in self.entries[: self.split]:
             out += _spread(first, steps, self.per_epoch)
         return out
+
+    def _clean_before(self, run: Any) -> list[float] | None:
+        """The steps timed since the mid-run verdict, the current epoch's start-up wait spread over them; None
+        when fewer than :data:`CLEAN_BEFORE_MIN`. The steps before the verdict are the fit's warm-up, the
+        profiled window and the steps beside the window's analysis, slower for reasons the setting does not
+        change (rules/autotune.py: CLEAN_BEFORE_STEPS)."""
+        if self.clean_from is None or not self.entries[: self.split]:
+            return None
+        ring = run.timer.step_ms
+        count = ring.n - self.clean_from
+        steps = ring.last(count) if count > 0 else []
+        window = run.window_ring
+        if window is not None:
+            first_pos = ring.n - len(steps)
+            steps = [v for i, v in enumerate(steps, start=first_pos) if not window[0] <= i < window[1]]
+        if len(steps) < CLEAN_BEFORE_MIN:
+            return None
+        return _spread(self.entries[self.split - 1][0], steps, self.per_epoch)
 
     def _after(self) -> list[float]:
         """The steps with the setting; a start-up paid once (persistent workers, the loader that finishes a
@@ -290,7 +343,7 @@ class Autotuner:
             self.one_off.add(self.split + (1 if mid_epoch else 0))
         self.switch_epoch = trainer.current_epoch + (0 if mid_epoch else 1)
         self.switch_steps = run.timer.steps
-        self.before = self._before()
+        self.before = self._before(run, basis)
         config = run.config
         self.record = AutotuneRecord(
             status=APPLIED,

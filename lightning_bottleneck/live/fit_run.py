@@ -260,7 +260,7 @@ class FitRun:
 
     def schedule(self, at: int) -> None:
         mem = self.memory.next_step if self.memory is not None else NEVER
-        self.next_work = min(at, mem)
+        self.next_work = min(at, mem, self.autotune.switch_at if self.autotune is not None else NEVER)
 
     def due(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A memory sample or the mid-run verdict is due (rare: every few steps at most)."""
@@ -272,6 +272,10 @@ class FitRun:
         if pending and (steps >= self.measure_at or (self.world_size == 1 and analysis.done)):  # type: ignore[union-attr]
             self.midrun_verdict(trainer, pl_module)
             pending = False
+        if (
+            self.autotune is not None and steps >= self.autotune.switch_at
+        ):  # a mid-epoch switch (live/autotune.py)
+            self.autotune.step(self, trainer)
         if self.span_open and (self.picture is None or not self.picture.is_alive()):
             self.span_open = False
             if self.ledger is not None:

@@ -52,6 +52,17 @@ AUTOTUNE_SETTINGS = ("num_workers", "persistent_workers", "prefetch_factor", "pi
 #: Steps timed after the switch before it is judged (at least; and at least one whole epoch): enough for a
 #: bootstrap interval of the mean to separate a 10% change from the noise of a shared 2-core machine.
 MIN_CONFIRM_STEPS = 20
+#: A mid-epoch switch waits this many steps after the mid-run verdict, and those steps are what it is judged
+#: against: the steps before the verdict are the fit's warm-up, the profiled window and the window's analysis in
+#: the child process (on a 2-core machine it competes with the step). Issue 29's cpu_transform, where 2 workers
+#: train no faster (3.04-3.14 s against 3.15-3.21 s for the whole fit, two rounds each), kept them as "2.89x":
+#: its ten steps before were two warm-up steps of 94 and 56 ms and six of ~17 ms beside the analysis, against
+#: 12 ms steps outside the diagnosis. Eight steps cost io_wait (48 ms steps, 7 ms with workers) ~0.3 s of the
+#: 14 s the switch saves.
+CLEAN_BEFORE_STEPS = 8
+#: Fewer steps than this after the verdict (it came at an epoch's last steps and the switch is at the boundary):
+#: the comparison takes every timed step before the switch instead, the profiled ones left out.
+CLEAN_BEFORE_MIN = 4
 #: Epochs the fit must still run after the boundary where the setting would be applied: one to time it, one
 #: at least to profit from it (a setting applied for the last epoch could never be checked or undone).
 MIN_EPOCHS_LEFT = 2
