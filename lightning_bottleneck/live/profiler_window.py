@@ -25,6 +25,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.profiler import ProfilerAction, ProfilerActivity
 
+from lightning_bottleneck.live.stderr_filter import kineto_lines_dropped
 from lightning_bottleneck.trace.tb_compat import write_trace
 from lightning_bottleneck.vocabulary import ENV_VAR, PHASE_OPTIMIZER_STEP, label
 
@@ -135,7 +136,8 @@ class ProfilerWindow:
         self.prof.step_num, self.prof.current_action = self.step, action
         if hasattr(self.prof, "_prev_schedule_action"):  # torch >= 2.12 keeps the schedule's raw action too
             self.prof._prev_schedule_action = action
-        self.prof.start()
+        with kineto_lines_dropped():  # an action other than NONE starts Kineto (its USDT line)
+            self.prof.start()
         # Lives only as long as the profiler: closes the optimizer_step label (see open_optimizer_step).
         self.optimizer_hook = register_optimizer_step_post_hook(self._after_optimizer_step)
 
@@ -151,7 +153,13 @@ class ProfilerWindow:
             return False
         self.step += 1
         if self.prof is not None:
-            self.prof.step()
+            if self._schedule(self.step) != self._schedule(
+                self.step - 1
+            ):  # Kineto starts or stops: its USDT line
+                with kineto_lines_dropped():
+                    self.prof.step()
+            else:
+                self.prof.step()
         elif self.step >= self.options.skip_first:
             self._start_profiler()  # the skipped steps are over: the schedule's wait starts now
         if self.step >= self.options.length:
@@ -173,7 +181,8 @@ class ProfilerWindow:
             if not save:
                 prof.on_trace_ready = None
             try:
-                prof.stop()
+                with kineto_lines_dropped():
+                    prof.stop()
             finally:
                 if self._registered:
                     self._registered = False
