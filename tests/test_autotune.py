@@ -213,7 +213,9 @@ def test_the_switch_is_judged_against_the_steps_after_the_verdict_not_the_slow_o
     record = cb.report.autotune
     verdict_step = int(re.search(r"Mid-run verdict at step (\d+)", " ".join(cb.midrun_report.notes)).group(1))
     assert record is not None and record.status == UNDONE, record
-    assert record.step_ratio is not None and record.step_ratio > 1.0, record
+    # judged against the steps since the verdict the setting is no faster (0.99-1.4 in runs here); against the steps
+    # of 30 ms more before the verdict it would read well under 0.9 and be kept
+    assert record.step_ratio is not None and record.step_ratio > 0.9, record
     assert record.steps_before is not None and record.steps_before >= CLEAN_BEFORE_MIN, record
     steps_per_epoch = len(data) // 4
     if record.mid_epoch:  # the switch waited for the steps it is judged against
