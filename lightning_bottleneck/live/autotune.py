@@ -125,14 +125,7 @@ class Autotuner:
 
     def _epoch_steps(self, run: Any) -> tuple[float | None, list[float]]:
         """This epoch's step times (profiled ones left out) and its first step (epoch-start wait + a median step)."""
-        ring = run.timer.step_ms
-        count = ring.n - self.ring_start
-        values = ring.last(count) if count > 0 else []
-        first_pos = ring.n - len(values)
-        window = run.window_ring
-        if window is not None:
-            lo, hi = window
-            values = [v for i, v in enumerate(values, start=first_pos) if not lo <= i < hi]
+        values = _steps_since(run, self.ring_start)
         waits = run.timer.epoch_start_wait_ms
         first = None
         if len(waits) > self.starts_seen:
@@ -279,13 +272,7 @@ class Autotuner:
         change (rules/autotune.py: CLEAN_BEFORE_STEPS)."""
         if self.clean_from is None or not self.entries[: self.split]:
             return None
-        ring = run.timer.step_ms
-        count = ring.n - self.clean_from
-        steps = ring.last(count) if count > 0 else []
-        window = run.window_ring
-        if window is not None:
-            first_pos = ring.n - len(steps)
-            steps = [v for i, v in enumerate(steps, start=first_pos) if not window[0] <= i < window[1]]
+        steps = _steps_since(run, self.clean_from)
         if len(steps) < CLEAN_BEFORE_MIN:
             return None
         return _spread(self.entries[self.split - 1][0], steps, self.per_epoch)
@@ -454,6 +441,18 @@ class Autotuner:
     def _say(self, text: str) -> None:
         if self.verbose:
             rank_zero_info(f"lightning-bottleneck: {text}")
+
+
+def _steps_since(run: Any, start: int) -> list[float]:
+    """The step times timed from position ``start`` of the step ring on, the profiled ones left out."""
+    ring = run.timer.step_ms
+    count = ring.n - start
+    values = ring.last(count) if count > 0 else []
+    window = run.window_ring
+    if window is None:
+        return list(values)
+    lo, hi = window
+    return [v for i, v in enumerate(values, start=ring.n - len(values)) if not lo <= i < hi]
 
 
 def _spread(first: float | None, steps: list[float], per_epoch: int | None) -> list[float]:

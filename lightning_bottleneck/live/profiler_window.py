@@ -153,12 +153,8 @@ class ProfilerWindow:
             return False
         self.step += 1
         if self.prof is not None:
-            if self._schedule(self.step) != self._schedule(
-                self.step - 1
-            ):  # Kineto starts or stops: its USDT line
-                with kineto_lines_dropped():
-                    self.prof.step()
-            else:
+            starts_or_stops = self._schedule(self.step) != self._schedule(self.step - 1)  # Kineto's USDT line
+            with kineto_lines_dropped() if starts_or_stops else contextlib.nullcontext():
                 self.prof.step()
         elif self.step >= self.options.skip_first:
             self._start_profiler()  # the skipped steps are over: the schedule's wait starts now

@@ -40,10 +40,10 @@ from typing import Any, BinaryIO
 
 from lightning_bottleneck.analysis.step_phases import StepPhases
 from lightning_bottleneck.analysis.summary import TraceSummary
+from lightning_bottleneck.output.tb_text import WRITER_MODULE
 
 __all__ = [
     "NICE_INCREMENT",
-    "TEXT_WRITER_MODULE",
     "WARM_TEXT_FLAG",
     "analyse_trace_file",
     "handle",
@@ -61,8 +61,6 @@ NICE_INCREMENT = 5
 #: after the window's analysis instead, a fit that ends right after its window (worker_restart once autotune
 #: switched it: 1 ms steps) had its teardown wait ~0.1 s for it, in one run of three.
 WARM_TEXT_FLAG = "--warm-text"
-#: The module whose presence says the Text-tab writer is warm (every answer says so: ``text_writer_ready``).
-TEXT_WRITER_MODULE = "tensorboard.summary.writer.event_file_writer"
 _FORBIDDEN = ("torch", "lightning", "pytorch_lightning")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -175,7 +173,8 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, warm_tex
         failed: BaseException | None = None
         waiting = _waiting(stdin)
         if warm_text and (waiting is False or (waiting is None and answered)):  # idle: ready the writer now
-            warm_text = not _warm_text()
+            _warm_text()
+            warm_text = False
         try:
             request = pickle.load(stdin)
         except EOFError:
@@ -189,7 +188,7 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, warm_tex
         except BaseException as err:
             answer = {"ok": False, "error": f"{type(err).__name__}: {err}"}
         answer["forbidden_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in _FORBIDDEN)
-        answer["text_writer_ready"] = TEXT_WRITER_MODULE in sys.modules
+        answer["text_writer_ready"] = WRITER_MODULE in sys.modules  # tb_text.warm ran (every answer says)
         pickle.dump(answer, stdout, protocol=pickle.HIGHEST_PROTOCOL)
         stdout.flush()
         answered = True
@@ -197,12 +196,11 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, warm_tex
             return 2
 
 
-def _warm_text() -> bool:
-    with contextlib.suppress(Exception):
+def _warm_text() -> None:
+    with contextlib.suppress(Exception):  # not warm: the picture job imports it, as it would have
         from lightning_bottleneck.output.tb_text import warm
 
         warm()
-    return True
 
 
 def _waiting(stream: BinaryIO) -> bool | None:
