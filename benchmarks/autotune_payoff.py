@@ -11,17 +11,18 @@ processes:
 3. a table: untouched, autotuned, best (seconds), the autotuned fit's speed-up over the untouched one, what
    autotune did (kept / undone / not applied), and the goal: where loading is the bottleneck (the input
    workloads) the autotuned fit recovers at least 80% of the time the best setting saves
-   (``untouched - autotuned >= 0.8 x (untouched - best)``); elsewhere it is never slower than 0.97x of the
-   untouched fit.
+   (``untouched - autotuned >= 0.8 x (untouched - best)``); elsewhere, and where the best setting saves nothing
+   over the rounds, it is never slower than 0.97x of the untouched fit.
 
     python benchmarks/autotune_payoff.py                                    # all (minutes)
     python benchmarks/autotune_payoff.py --workloads io_wait --repeats 3
     python benchmarks/autotune_payoff.py --json autotune.json
 
-The input workloads are seconds-long stand-ins for runs of minutes: the callback gets ``loader_budget_s``
-(``--loader-budget``, 1 s by default, what the automatic budget gives a 100-second fit); automatic budgets would
-skip the probe on a fit this short and apply nothing. The other workloads run with the automatic budgets, as a user
-would. Timings on a shared machine are noisy: read ratios near 1.0 as "no change".
+Every workload runs with the automatic budgets, as a user would: the loader probe takes up to 10% of the time
+loading costs the fit (``measure/stage.AUTO_LOADER_STAKE_SHARE``: io_wait's 16 s fit gets ~1.5 s, cpu_transform's
+~0.3 s). ``--loader-budget S`` gives the input workloads an explicit ``loader_budget_s`` instead (before the stake
+rule: 1 s, what the 1% pool gives a 100-second fit). Timings on a shared machine are noisy: read ratios near 1.0 as
+"no change".
 """
 
 from __future__ import annotations
@@ -129,10 +130,15 @@ def bench(name: str, epochs: int, repeats: int, budget: float) -> dict[str, Any]
     recovery = (med["untouched"] - med["autotuned"]) / saved_best if saved_best > 0 else None
     speedup = med["untouched"] / med["autotuned"]
     against_callback = med["callback"] / med["autotuned"]
-    if name in INPUT_WORKLOADS:
-        goal = recovery is not None and recovery >= RECOVERY_MIN
-    else:
-        goal = speedup >= NOT_SLOWER
+    # The recovery goal where loading is the bottleneck and a setting saves time; where the best setting saves
+    # nothing over the rounds (cpu_transform on 2 cores: no worker count beats in-process loading), there is
+    # nothing to recover and the not-slower goal applies, as on the other workloads.
+    goal_kind = "recovery" if name in INPUT_WORKLOADS and recovery is not None else "not slower"
+    goal = (
+        recovery >= RECOVERY_MIN
+        if goal_kind == "recovery" and recovery is not None
+        else speedup >= NOT_SLOWER
+    )
     return {
         "workload": name,
         "epochs": epochs,
@@ -144,6 +150,7 @@ def bench(name: str, epochs: int, repeats: int, budget: float) -> dict[str, Any]
         "speedup_vs_callback": against_callback,
         "recovery": recovery,
         "autotune": records,
+        "goal_kind": goal_kind,
         "goal": goal,
     }
 
@@ -166,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workloads", default=",".join(INPUT_WORKLOADS + OTHER_WORKLOADS))
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--loader-budget", type=float, default=1.0)
+    p.add_argument("--loader-budget", type=float, default=-1.0, help="seconds; < 0: automatic (the default)")
     p.add_argument("--json", default=None)
     p.add_argument("--child", nargs=6, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"| {name} | {m['untouched']:.2f} | {m['callback']:.2f} | {m['autotuned']:.2f} | {m['best']:.2f} ({best}) "
             f"| {r['speedup']:.2f}x | {r['speedup_vs_callback']:.2f}x | {rec} | {_did(r['autotune'])} "
-            f"| {'yes' if r['goal'] else 'NO'} |",
+            f"| {'yes' if r['goal'] else 'NO'} ({r['goal_kind']}) |",
             flush=True,
         )
     if a.json:

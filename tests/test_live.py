@@ -363,7 +363,12 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     """Left at None, the budgets take at most AUTO_SHARE_OF_RUN (1%) of the projected fit in all: an input-bound fit of about a second
     is not slowed by its own diagnosis (probe skipped with a note, estimated advice); the same fit with an
     explicit budget is probed."""
-    from lightning_bottleneck.measure.stage import AUTO_SHARE_OF_RUN, MeasureOptions, projected_run_s
+    from lightning_bottleneck.measure.stage import (
+        AUTO_LOADER_STAKE_SHARE,
+        AUTO_SHARE_OF_RUN,
+        MeasureOptions,
+        projected_run_s,
+    )
 
     reports = {}
     for name, budget in (("auto", None), ("explicit", 1.0)):
@@ -394,3 +399,30 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     notes.clear()
     assert MeasureOptions().resolved(None, notes).compile_budget_s == 60.0 and not notes
     assert projected_run_s(None, None) is None
+    # the loader probe may also take AUTO_LOADER_STAKE_SHARE of what loading costs the fit: a 20 s fit that waits
+    # 18 s is probed for 1.8 s (its 1% pool, 0.2 s, is under the minimum), and leaves nothing to the trials
+    waiting = MeasureOptions().resolved(20.0, notes, loading_s=18.0)
+    assert waiting.loader_budget_s == pytest.approx(AUTO_LOADER_STAKE_SHARE * 18.0)
+    assert waiting.trial_budget_s == 0.0 and any("trial steps" in n for n in notes)
+    assert MeasureOptions().resolved(20.0, [], loading_s=1000.0).loader_budget_s == 3.0  # the default caps it
+    short = MeasureOptions().resolved(3.0, notes := [], loading_s=2.0)  # 0.2 s: under the minimum
+    assert short.loader_budget_s == 0.0 and any("loader probe" in n for n in notes)
+    assert MeasureOptions().resolved(600.0, [], loading_s=1.0).loader_budget_s == min(3.0, pool)  # the pool's
+
+
+def test_an_input_bound_fit_of_seconds_gets_a_loader_probe_sized_by_its_loading(tmp_path: Path) -> None:
+    """Loading costs this ~4 s fit ~3.5 s: its 1% pool (~40 ms) is under the minimum, but the loader probe may take
+    AUTO_LOADER_STAKE_SHARE of the loading (~0.35 s): the probe runs, within that budget, and the skip note names
+    the trial steps only."""
+    from lightning_bottleneck.measure.stage import AUTO_LOADER_STAKE_SHARE, AUTO_MIN_BUDGET_S
+
+    cb = BottleneckCallback(**SMALL_WINDOW)
+    loader = DataLoader(SlowDataset(480, delay_s=0.008), batch_size=8)
+    trainer = quiet_trainer(tmp_path, [cb], max_epochs=1)
+    trainer.fit(Regressor(), loader)
+    assert cb.report is not None and cb.report.primary.value == "input"
+    ladder = cb.report.metrics["loader_ladder"]
+    assert ladder["rungs"], ladder
+    fit_wait_s = cb.report.step_time_ms.median * 60 / 1000 * cb.report.metrics["timing"]["data_wait_share"]
+    assert AUTO_MIN_BUDGET_S <= ladder["budget_s"] <= AUTO_LOADER_STAKE_SHARE * fit_wait_s * 1.5
+    assert not any("loader probe" in n and "Not measured" in n for n in cb.report.notes), cb.report.notes

@@ -72,6 +72,13 @@ AUTO_SHARE_OF_RUN = 0.01
 #: Below this an automatic budget measures nothing useful (one rung, or one A/B pair, takes longer):
 #: the part is skipped with a note and its advice is estimated.
 AUTO_MIN_BUDGET_S = 0.25
+#: The loader probe's automatic budget may also take this share of what loading costs the fit (its data-wait or
+#: epoch-start-stall share of the projected fit, the larger): on an input-bound fit of tens of seconds the 1% pool
+#: is under the probe's minimum although loading is most of the fit. The share is the stake: a probe that finds
+#: nothing costs at most a tenth of what loading costs, and issue 29's goal (an autotuned fit keeps >= 80% of the
+#: best setting's saving) leaves 90% to the fix when the best setting hides all of the loading, 10% to the rest of
+#: the diagnosis. A fit whose loading costs under AUTO_MIN_BUDGET_S / 0.1 = 2.5 s is still not probed.
+AUTO_LOADER_STAKE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -88,21 +95,25 @@ class MeasureOptions:
         projected_run_s: float | None,
         notes: list[str],
         wanted: tuple[bool, bool, bool] = (True, True, True),
+        loading_s: float = 0.0,
     ) -> MeasureOptions:
         """Automatic budgets from one pool of :data:`AUTO_SHARE_OF_RUN` of the projected fit (each part its
         default when the length is unknown), shared in order among the parts that will run: ``wanted`` says
         which of (the loader probes, the trial steps, the compile trial) would run. The loader probe(s)
         come first (measured loader advice is the largest saving when loading waits), then the trial steps,
-        then the compile trial with what is left (it skips itself when its estimate does not fit). An
-        explicit budget is used as given and is not taken from the pool."""
+        then the compile trial with what is left (it skips itself when its estimate does not fit). The loader
+        probe may take more than the pool: up to :data:`AUTO_LOADER_STAKE_SHARE` of ``loading_s``, the seconds
+        loading is projected to cost the fit. An explicit budget is used as given and is not taken from the
+        pool."""
         skipped: list[str] = []
         pool = (
             None
             if projected_run_s is None or not math.isfinite(projected_run_s)
             else AUTO_SHARE_OF_RUN * projected_run_s
         )
+        stake = AUTO_LOADER_STAKE_SHARE * loading_s if math.isfinite(loading_s) and loading_s > 0 else 0.0
 
-        def auto(value: float | None, default: float, what: str, wants: bool) -> float:
+        def auto(value: float | None, default: float, what: str, wants: bool, own: float = 0.0) -> float:
             nonlocal pool
             if value is not None:
                 return value
@@ -110,22 +121,23 @@ class MeasureOptions:
                 return default
             if not wants:
                 return 0.0
-            budget = min(default, pool)
+            budget = min(default, max(pool, own))
             if budget < AUTO_MIN_BUDGET_S:
                 skipped.append(what)
                 return 0.0
-            pool -= budget
+            pool = max(0.0, pool - budget)
             return budget
 
-        loader = auto(self.loader_budget_s, AUTO_LOADER_BUDGET_S, "loader probe", wanted[0])
+        loader = auto(self.loader_budget_s, AUTO_LOADER_BUDGET_S, "loader probe", wanted[0], stake)
         trial = auto(self.trial_budget_s, AUTO_TRIAL_BUDGET_S, "trial steps", wanted[1])
         compile_ = auto(self.compile_budget_s, AUTO_COMPILE_BUDGET_S, "compile trial", wanted[2])
         if skipped:
             notes.append(
                 f"Not measured ({', '.join(skipped)}): this fit is projected to take {projected_run_s:.1f} s, too "
                 f"short to spend time measuring (automatic budgets take at most {AUTO_SHARE_OF_RUN:.0%} of the "
-                "fit in all), so the advice is estimated; set loader_budget_s / trial_budget_s / compile_budget_s "
-                "to measure anyway."
+                f"fit in all, the loader probe up to {AUTO_LOADER_STAKE_SHARE:.0%} of the time loading costs it), "
+                "so the advice is estimated; set loader_budget_s / trial_budget_s / compile_budget_s to measure "
+                "anyway."
             )
         return MeasureOptions(self.probe_loader, loader, trial, compile_)
 
@@ -276,10 +288,12 @@ def measure(
         out.notes.append(f"Train loader probe skipped: {train_loader_settled}.")
     wants_val = options.probe_loader and wants_val_probe(ledger)
     wants_trial = batch is not None and wants_trials(summary)
+    projected = projected_run_s(out.run_length, timing)
     options = options.resolved(
-        projected_run_s(out.run_length, timing),
+        projected,
         out.notes,
         (wants_probe or wants_val, wants_trial, wants_trial),
+        max(wait, stall) * projected if wants_probe and projected is not None else 0.0,
     )
     plan = [
         wants_probe and (options.loader_budget_s or 0.0) > 0,
