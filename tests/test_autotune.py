@@ -43,7 +43,9 @@ from lightning_bottleneck.report import Recommendation, Report
 from lightning_bottleneck.rules.autotune import (
     CLEAN_BEFORE_MIN,
     CLEAN_BEFORE_STEPS,
+    LARGE_GAIN_MIN,
     MIN_CONFIRM_STEPS,
+    Choice,
     choose,
     decide,
     restart_bound,
@@ -114,7 +116,7 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> None:
     """Autotune applies num_workers=2, persistent_workers=True, whatever the probe would have measured."""
     import lightning_bottleneck.live.autotune as live
 
-    monkeypatch.setattr(live, "choose", lambda report, accelerator: (dict(WORKERS), ""))
+    monkeypatch.setattr(live, "choose", lambda report, accelerator: Choice(dict(WORKERS)))
 
 
 def _fit(
@@ -177,7 +179,7 @@ def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path
     plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True))
     tuned, trainer, cb = _fit(tmp_path, True, lambda: _loader(data, True))
     record = cb.report.autotune
-    # mid-epoch 8 steps after the verdict (CLEAN_BEFORE_STEPS), or at the epoch boundary when that comes first
+    # mid-epoch 4 or 8 steps after the verdict (Choice.clean_steps), or at the epoch boundary when that comes first
     assert record is not None and record.status == UNDONE, record
     assert record.mid_epoch or record.applied_at_step % (len(data) // 4) == 0, record
     assert record.step_ratio is not None and record.step_ratio > 1.0 and record.undone_at_epoch is not None
@@ -220,13 +222,12 @@ def test_the_switch_is_judged_against_the_steps_after_the_verdict_not_the_slow_o
     assert record.step_ratio is not None and record.step_ratio > 0.9, record
     assert record.steps_before is not None and record.steps_before >= CLEAN_BEFORE_MIN, record
     steps_per_epoch = len(data) // 4
+    wait = cb._run.autotune.pending.clean_steps  # 8, or 4 where the advice predicted 2x or more
+    assert wait in (CLEAN_BEFORE_STEPS, CLEAN_BEFORE_MIN)
     if record.mid_epoch:  # the switch waited for the steps it is judged against
-        assert record.applied_at_step == verdict_step + CLEAN_BEFORE_STEPS, (record, verdict_step)
+        assert record.applied_at_step == verdict_step + wait, (record, verdict_step)
     else:  # the epoch ended first: the switch is at its boundary
-        assert (
-            record.applied_at_step % steps_per_epoch == 0
-            and record.applied_at_step < verdict_step + CLEAN_BEFORE_STEPS
-        )
+        assert record.applied_at_step % steps_per_epoch == 0 and record.applied_at_step < verdict_step + wait
 
 
 def test_a_datamodule_and_a_combined_loader_are_switched(tmp_path: Path, forced: None) -> None:
@@ -382,10 +383,19 @@ def test_choose_takes_the_measured_loader_advice_and_only_loader_settings() -> N
         _input_advice({"num_workers": 8}, measured=False),
         _input_advice({"num_workers": 4, "persistent_workers": True, "pin_memory": True, "batch_size": 64}),
     ]
-    assert choose(report, "cpu") == ({"num_workers": 4, "persistent_workers": True}, "")
+    assert choose(report, "cpu")[:2] == ({"num_workers": 4, "persistent_workers": True}, "")
     assert choose(report, "cuda")[0] == {"num_workers": 4, "persistent_workers": True, "pin_memory": True}
-    settings, why = choose(Report(Category.INPUT, 0.9, 10, 5, None, {}), "cpu")
+    settings, why, _ = choose(Report(Category.INPUT, 0.9, 10, 5, None, {}), "cpu")
     assert settings is None and why
+    # how many steps after the verdict a mid-epoch switch waits: fewer when the advice predicts a large gain
+    assert choose(report, "cpu").clean_steps == CLEAN_BEFORE_STEPS  # no figure: the full wait
+    for predicted, steps in (
+        (1.6, CLEAN_BEFORE_STEPS),
+        (LARGE_GAIN_MIN, CLEAN_BEFORE_MIN),
+        (7.0, CLEAN_BEFORE_MIN),
+    ):
+        report.recommendations[1].expected_speedup = predicted
+        assert choose(report, "cpu").clean_steps == steps, predicted
 
 
 def test_the_record_round_trips_and_renders_everywhere() -> None:

@@ -13,8 +13,10 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
    loader of a ``CombinedLoader`` gets the setting.
    Where the sampler's position can be kept exactly (:func:`~lightning_bottleneck.live.loader_switch.
    can_switch_mid_epoch`) the switch is made mid-epoch instead, :data:`~lightning_bottleneck.rules.autotune.
-   CLEAN_BEFORE_STEPS` steps after the verdict: those steps are what the setting is judged against, not the
-   fit's warm-up, the profiled window and the steps beside the window's analysis.
+   CLEAN_BEFORE_STEPS` steps after the verdict (:data:`~lightning_bottleneck.rules.autotune.CLEAN_BEFORE_MIN`
+   when the advice predicts :data:`~lightning_bottleneck.rules.autotune.LARGE_GAIN_MIN` or more): those steps
+   are what the setting is judged against, not the fit's warm-up, the profiled window and the steps beside the
+   window's analysis.
 2. *trial*: after at least :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps and one epoch,
    rank zero compares the steps after with the steps before
    (:func:`~lightning_bottleneck.rules.autotune.decide`, the noise-aware comparison of ``compare``) and
@@ -67,9 +69,9 @@ from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.output.autotune import autotune_line, settings_text
 from lightning_bottleneck.rules.autotune import (
     CLEAN_BEFORE_MIN,
-    CLEAN_BEFORE_STEPS,
     MIN_CONFIRM_STEPS,
     MIN_EPOCHS_LEFT,
+    Choice,
     choose,
     decide,
     restart_bound,
@@ -103,7 +105,7 @@ class Autotuner:
         )  # entries whose first step paid a start-up kept or left out (see _after)
         self.ring_start = 0
         self.starts_seen = 0
-        self.pending: tuple[dict[str, Any] | None, str] | None = None  # rank zero's choice, every rank
+        self.pending: Choice | None = None  # rank zero's choice, every rank
         self.originals: list[Any] = []
         self.replaced: list[Any] = []
         self.rest_of_epoch: list[Any] = []  # iterators of the loaders that finish a switched epoch
@@ -114,7 +116,7 @@ class Autotuner:
         self.first_epoch: tuple[float, float | None] | None = None
         self.per_epoch: int | None = None  # training batches an epoch (trainer.num_training_batches)
         # the mid-run verdict's position in the step ring (the steps from there on are clean: see _clean_before)
-        # and the step at which the mid-epoch switch is made (:data:`CLEAN_BEFORE_STEPS` later)
+        # and the step at which the mid-epoch switch is made (``Choice.clean_steps`` later)
         self.clean_from: int | None = None
         self.switch_at = NO_SWITCH
 
@@ -189,7 +191,7 @@ class Autotuner:
             self.pending = self._agreed_choice(run, trainer)
             self.clean_from = run.timer.step_ms.n
             if self.pending[0] is not None and can_switch_mid_epoch(trainer, self.pending[0]):
-                self.switch_at = run.timer.steps + CLEAN_BEFORE_STEPS  # the same step on every rank
+                self.switch_at = run.timer.steps + self.pending.clean_steps  # the same step on every rank
         except Exception as err:
             self._failed(err)
 
@@ -212,47 +214,47 @@ class Autotuner:
             status=NOT_APPLIED, reason=f"autotune failed ({type(err).__name__}: {err})"
         )
 
-    def _agreed_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
+    def _agreed_choice(self, run: Any, trainer: Any) -> Choice:
         return self._agreed(trainer, lambda: self._choose(run, trainer))
 
-    def _agreed(self, trainer: Any, pick: Any) -> tuple[dict[str, Any] | None, str]:
+    def _agreed(self, trainer: Any, pick: Any) -> Choice:
         """Rank zero's ``pick()``, the same on every rank."""
-        payload: tuple[dict[str, Any] | None, str] = (None, "")
+        payload = Choice(None)
         if trainer.is_global_zero:
             try:  # never raise before the broadcast: the other ranks wait in it
                 payload = pick()
             except Exception as err:
-                payload = (None, f"autotune could not choose ({type(err).__name__}: {err})")
+                payload = Choice(None, f"autotune could not choose ({type(err).__name__}: {err})")
         if trainer.world_size > 1:
             payload = trainer.strategy.broadcast(payload, src=0)
         return payload
 
-    def _restart_choice(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
+    def _restart_choice(self, run: Any, trainer: Any) -> Choice:
         """At the end of the first epoch: the fix for workers that restart every epoch and spent most of it
         starting up (rules/autotune.py: restart_bound, restart_fix), or None (the verdict decides later)."""
         waits = run.timer.epoch_start_wait_ms
         first, _ = self.entries[0]
         reloads = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)
         if not waits or first is None or reloads:
-            return None, ""
+            return Choice(None)
         combined = getattr(trainer.fit_loop, "_combined_loader", None)
         loaders = list(combined.flattened) if combined is not None else []
         if len(loaders) != 1 or not eligible(loaders[0], epoch_batches(combined)):
-            return None, ""
+            return Choice(None)
         dl = loaders[0]
         length = run_length(trainer)
         if not dl.num_workers or length.epochs is None or not length.steps_per_epoch:
-            return None, ""
+            return Choice(None)
         epochs_left = length.epochs - (trainer.current_epoch + 1)
         start_ms = waits[0]
         # the epoch's steps at their median (the profiled ones, which may fall in this epoch, are slower)
         epoch_steps_ms = (first - start_ms) * length.steps_per_epoch
         if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms):
-            return None, ""
+            return Choice(None)
         budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S)
         batch_s = time_in_process(dl, budget)
         self.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
-        return restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s), ""
+        return Choice(restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s))
 
     def _before(self, run: Any, basis: str) -> list[float]:
         """What the setting is judged against: for a verdict's setting the steps since the verdict
@@ -290,11 +292,11 @@ class Autotuner:
         self,
         run: Any,
         trainer: Any,
-        payload: tuple[dict[str, Any] | None, str],
+        payload: Choice,
         mid_epoch: bool,
         basis: str = BASIS_VERDICT,
     ) -> None:
-        settings, reason = payload
+        settings, reason = payload.settings, payload.reason
         self.state = DONE
         if settings is None:
             self._not_applied(reason)
@@ -353,22 +355,25 @@ class Autotuner:
             f" ({when}); timing it against the {len(self.before)} steps before."
         )
 
-    def _choose(self, run: Any, trainer: Any) -> tuple[dict[str, Any] | None, str]:
+    def _choose(self, run: Any, trainer: Any) -> Choice:
         if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
-            return None, "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
+            return Choice(
+                None, "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
+            )
         length = run.measured.run_length if run.measured is not None else None
         epochs = length.epochs if length is not None else None
         if epochs is not None:
             left = epochs - (trainer.current_epoch + 1)
             if left < MIN_EPOCHS_LEFT:
-                return None, (
+                return Choice(
+                    None,
                     f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
-                    "a setting at an epoch boundary and check it"
+                    "a setting at an epoch boundary and check it",
                 )
         combined = getattr(trainer.fit_loop, "_combined_loader", None)
         loaders = list(combined.flattened) if combined is not None else []
         if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):
-            return (
+            return Choice(
                 None,
                 "no train DataLoader autotune can re-create (map-style, workers not already persistent)",
             )

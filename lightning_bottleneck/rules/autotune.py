@@ -17,7 +17,7 @@ advice its switch settled.
 
 Example::
 
-    settings, why = choose(midrun_report, accelerator="cpu")
+    settings, why, _ = choose(midrun_report, accelerator="cpu")
     decision = decide(before_ms, after_ms)
     decision.keep, decision.ratio, decision.interval
 """
@@ -25,7 +25,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from lightning_bottleneck.autotune_record import APPLIED, KEPT, UNDONE, AutotuneRecord
 from lightning_bottleneck.bootstrap import HELPED, HURT, INCONCLUSIVE, NO_CHANGE, ratio_interval
@@ -63,6 +63,11 @@ CLEAN_BEFORE_STEPS = 8
 #: Fewer steps than this after the verdict (it came at an epoch's last steps and the switch is at the boundary):
 #: the comparison takes every timed step before the switch instead, the profiled ones left out.
 CLEAN_BEFORE_MIN = 4
+#: A measured setting whose advice predicts at least this speed-up waits only CLEAN_BEFORE_MIN steps: a change of
+#: 2x or more stands far outside the interval of the mean of four steps (the steps of one setting vary by 10-20%
+#: here), and a setting that does not deliver it reads inconclusive on fewer steps, so it is undone as before. The
+#: four steps not waited are the slowest of the fit: io_wait's 64 ms steps, 0.26 s of a 16 s fit.
+LARGE_GAIN_MIN = 2.0
 #: Epochs the fit must still run after the boundary where the setting would be applied: one to time it, one
 #: at least to profit from it (a setting applied for the last epoch could never be checked or undone).
 MIN_EPOCHS_LEFT = 2
@@ -75,10 +80,19 @@ MIN_EPOCHS_LEFT = 2
 RESTART_SHARE_MIN = 0.5
 
 
-def choose(report: Report | None, accelerator: str | None) -> tuple[dict[str, Any] | None, str]:
+class Choice(NamedTuple):
+    """What autotune applies (None: nothing, ``reason`` says why in one sentence) and, for a verdict's setting
+    switched mid-epoch, how many steps after the verdict it waits and is judged against."""
+
+    settings: dict[str, Any] | None
+    reason: str = ""
+    clean_steps: int = CLEAN_BEFORE_STEPS
+
+
+def choose(report: Report | None, accelerator: str | None) -> Choice:
     """The settings to apply, or None with the reason in one sentence."""
     if report is None:
-        return None, "no mid-run verdict was taken"
+        return Choice(None, "no mid-run verdict was taken")
     for rec in report.recommendations:
         if rec.kind != Category.INPUT or not rec.settings or rec.where is not None:
             continue
@@ -88,8 +102,9 @@ def choose(report: Report | None, accelerator: str | None) -> tuple[dict[str, An
         if accelerator != "cuda":
             settings.pop("pin_memory", None)
         if settings:
-            return settings, ""
-    return (
+            large = (rec.expected_speedup or 0.0) >= LARGE_GAIN_MIN
+            return Choice(settings, "", CLEAN_BEFORE_MIN if large else CLEAN_BEFORE_STEPS)
+    return Choice(
         None,
         "the mid-run report has no measured DataLoader setting to apply (no loader advice, or none measured)",
     )

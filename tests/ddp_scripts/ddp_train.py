@@ -78,8 +78,15 @@ def main(out_dir: str, mode: str) -> None:
         import lightning_bottleneck.live.autotune as live
 
         rank = int(os.environ.get("LOCAL_RANK", "0"))
-        chosen = {"num_workers": 1, "persistent_workers": True} if rank == 0 else None
-        live.choose = lambda report, accelerator: (chosen, "")  # type: ignore[assignment]
+        from lightning_bottleneck.rules.autotune import CLEAN_BEFORE_MIN, CLEAN_BEFORE_STEPS, Choice
+
+        # rank 1's own chooser would also wait another number of steps: the broadcast carries rank zero's
+        chosen = (
+            Choice({"num_workers": 1, "persistent_workers": True}, "", CLEAN_BEFORE_MIN)
+            if rank == 0
+            else Choice(None, "", CLEAN_BEFORE_STEPS)
+        )
+        live.choose = lambda report, accelerator: chosen  # type: ignore[assignment]
         model = Regressor(width=64, depth=1)
         data = SlowOnOneRank(n=160)  # 20 steps an epoch on each rank
         callback = BottleneckCallback(
