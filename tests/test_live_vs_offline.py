@@ -22,7 +22,10 @@ def test_offline_analyze_of_the_callbacks_trace_gives_the_live_verdict(tmp_path:
     live = cb.report
     assert live is not None and len(live.trace_files) == 1
     offline = analyze_paths(live.trace_files)
-    assert offline.primary == live.primary
+    # the live verdict may also weigh the always-on timing outside the trace: say what it saw when they differ
+    # (one full-suite run read input live against compute offline, not reproduced in 14 runs since)
+    why = (live.primary, live.breakdown, live.metrics.get("timing"), [f.summary for f in live.findings[:3]])
+    assert offline.primary == live.primary, why
     assert offline.steps_profiled == live.steps_profiled
     for key, share in live.breakdown.items():
         assert offline.breakdown[key] == pytest.approx(share, abs=1e-9), key
