@@ -167,7 +167,7 @@ class Autotuner:
         if (
             self.state == WAITING
             and len(self.entries) == 1
-            and (self.pending is None or self.pending[0] is None)
+            and (self.pending is None or self.pending.settings is None)
         ):
             # the first epoch's end, no measured setting from a verdict (none yet, or none to apply)
             payload = self._agreed(trainer, lambda: self._restart_choice(run, trainer))
@@ -190,7 +190,7 @@ class Autotuner:
         try:
             self.pending = self._agreed_choice(run, trainer)
             self.clean_from = run.timer.step_ms.n
-            if self.pending[0] is not None and can_switch_mid_epoch(trainer, self.pending[0]):
+            if self.pending.settings is not None and can_switch_mid_epoch(trainer, self.pending.settings):
                 self.switch_at = run.timer.steps + self.pending.clean_steps  # the same step on every rank
         except Exception as err:
             self._failed(err)
@@ -199,10 +199,10 @@ class Autotuner:
         """A batch end at or after ``switch_at`` (the caller's due work): the mid-epoch switch, once the steps
         after the verdict are timed; the same step on every rank."""
         self.switch_at = NO_SWITCH
-        if self.state != WAITING or self.pending is None or self.pending[0] is None:
+        if self.state != WAITING or self.pending is None or self.pending.settings is None:
             return
         try:
-            if can_switch_mid_epoch(trainer, self.pending[0]):
+            if can_switch_mid_epoch(trainer, self.pending.settings):
                 self._apply(run, trainer, self.pending, mid_epoch=True)
         except Exception as err:
             self._failed(err)

@@ -17,7 +17,7 @@ advice its switch settled.
 
 Example::
 
-    settings, why, _ = choose(midrun_report, accelerator="cpu")
+    choice = choose(midrun_report, accelerator="cpu")  # .settings (None: nothing), .reason, .clean_steps
     decision = decide(before_ms, after_ms)
     decision.keep, decision.ratio, decision.interval
 """
