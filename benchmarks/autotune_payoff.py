@@ -136,11 +136,7 @@ def bench(name: str, epochs: int, repeats: int, budget: float) -> dict[str, Any]
     # nothing over the rounds (cpu_transform on 2 cores: no worker count beats in-process loading), there is
     # nothing to recover and the not-slower goal applies, as on the other workloads.
     goal_kind = "recovery" if recovery is not None else "not slower"
-    goal = (
-        recovery >= RECOVERY_MIN
-        if goal_kind == "recovery" and recovery is not None
-        else speedup >= NOT_SLOWER
-    )
+    goal = recovery >= RECOVERY_MIN if recovery is not None else speedup >= NOT_SLOWER
     return {
         "workload": name,
         "epochs": epochs,
