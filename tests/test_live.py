@@ -364,7 +364,9 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     is not slowed by its own diagnosis (probe skipped with a note, estimated advice); the same fit with an
     explicit budget is probed."""
     from lightning_bottleneck.measure.stage import (
+        AUTO_LOADER_MIN_BUDGET_S,
         AUTO_LOADER_STAKE_SHARE,
+        AUTO_MIN_BUDGET_S,
         AUTO_SHARE_OF_RUN,
         MeasureOptions,
         projected_run_s,
@@ -407,22 +409,40 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     assert MeasureOptions().resolved(20.0, [], loading_s=1000.0).loader_budget_s == 3.0  # the default caps it
     short = MeasureOptions().resolved(3.0, notes := [], loading_s=2.0)  # 0.2 s: under the minimum
     assert short.loader_budget_s == 0.0 and any("loader probe" in n for n in notes)
+    # the loader probe's own minimum, AUTO_LOADER_MIN_BUDGET_S: a probe that could time num_workers=0 alone is not
+    # run (6 s of loading would buy 0.6 s), one that can time a worker count too is (8 s: 0.8 s)
+    assert AUTO_LOADER_MIN_BUDGET_S > AUTO_MIN_BUDGET_S
+    notes = []
+    assert MeasureOptions().resolved(20.0, notes, loading_s=6.0).loader_budget_s == 0.0
+    assert any("loader probe" in n for n in notes)
+    assert MeasureOptions().resolved(20.0, [], loading_s=8.0).loader_budget_s == pytest.approx(0.8)
+    assert MeasureOptions(loader_budget_s=0.4).resolved(20.0, []).loader_budget_s == 0.4  # explicit: as given
     assert MeasureOptions().resolved(600.0, [], loading_s=1.0).loader_budget_s == min(3.0, pool)  # the pool's
 
 
-def test_an_input_bound_fit_of_seconds_gets_a_loader_probe_sized_by_its_loading(tmp_path: Path) -> None:
+def test_an_input_bound_fit_of_seconds_gets_a_loader_probe_sized_by_its_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Loading costs this ~4 s fit ~3.5 s: its 1% pool (~40 ms) is under the minimum, but the loader probe may take
-    AUTO_LOADER_STAKE_SHARE of the loading (~0.35 s): the probe runs, within that budget, and the skip note names
-    the trial steps only."""
-    from lightning_bottleneck.measure.stage import AUTO_LOADER_STAKE_SHARE, AUTO_MIN_BUDGET_S
+    AUTO_LOADER_STAKE_SHARE of the loading. At the real share (0.1) that is ~0.35 s, under the probe's own minimum
+    (AUTO_LOADER_MIN_BUDGET_S: num_workers=0 alone would be timed); a fit with twice the loading is what the share
+    raised to 0.25 stands for here: the probe runs within that budget, times num_workers=0 and a worker count,
+    and the skip note names the trial steps only."""
+    from lightning_bottleneck.measure import stage
 
+    monkeypatch.setattr(stage, "AUTO_LOADER_STAKE_SHARE", 0.25)
     cb = BottleneckCallback(**SMALL_WINDOW)
     loader = DataLoader(SlowDataset(480, delay_s=0.008), batch_size=8)
     trainer = quiet_trainer(tmp_path, [cb], max_epochs=1)
     trainer.fit(Regressor(), loader)
     assert cb.report is not None and cb.report.primary.value == "input"
     ladder = cb.report.metrics["loader_ladder"]
-    assert ladder["rungs"], ladder
+    assert {r["num_workers"] for r in ladder["rungs"]} - {0} and ladder["rungs"][0]["num_workers"] == 0, (
+        ladder
+    )
     fit_wait_s = cb.report.step_time_ms.median * 60 / 1000 * cb.report.metrics["timing"]["data_wait_share"]
-    assert AUTO_MIN_BUDGET_S <= ladder["budget_s"] <= AUTO_LOADER_STAKE_SHARE * fit_wait_s * 1.5
+    assert stage.AUTO_LOADER_MIN_BUDGET_S <= ladder["budget_s"] <= 0.25 * fit_wait_s * 1.5
     assert not any("loader probe" in n and "Not measured" in n for n in cb.report.notes), cb.report.notes
+    assert any("ladder" in r.evidence for r in cb.report.recommendations if r.kind == "input"), [
+        (r.title, r.evidence) for r in cb.report.recommendations
+    ]

@@ -72,12 +72,19 @@ AUTO_SHARE_OF_RUN = 0.01
 #: Below this an automatic budget measures nothing useful (one rung, or one A/B pair, takes longer):
 #: the part is skipped with a note and its advice is estimated.
 AUTO_MIN_BUDGET_S = 0.25
+#: ... and the loader probe needs at least this: num_workers=0 and one worker count, each ``MIN_MEASURE_S`` (0.25 s)
+#: after its first batch or start-up, plus the step timed alone. Measured on the 2-core VM: io_wait's probe spent
+#: 0.91 s on exactly that (num_workers=0 0.31 s, 8 workers 0.44 s and their shutdown, the step 0.06 s); a 0.40 s
+#: probe of a loader asleep 8 ms a sample timed num_workers=0 alone (0.33 s) and gave no advice, and cpu_transform's
+#: 0.44 s probe did the same (0.29 s): time spent for nothing.
+AUTO_LOADER_MIN_BUDGET_S = 0.75
 #: The loader probe's automatic budget may also take this share of what loading costs the fit (its data-wait or
 #: epoch-start-stall share of the projected fit, the larger): on an input-bound fit of tens of seconds the 1% pool
 #: is under the probe's minimum although loading is most of the fit. The share is the stake: a probe that finds
 #: nothing costs at most a tenth of what loading costs, and issue 29's goal (an autotuned fit keeps >= 80% of the
 #: best setting's saving) leaves 90% to the fix when the best setting hides all of the loading, 10% to the rest of
-#: the diagnosis. A fit whose loading costs under AUTO_MIN_BUDGET_S / 0.1 = 2.5 s is still not probed.
+#: the diagnosis. A fit whose loading costs under AUTO_LOADER_MIN_BUDGET_S / 0.1 = 7.5 s (and whose 1% pool is
+#: under it: a fit under 75 s) is not probed.
 AUTO_LOADER_STAKE_SHARE = 0.1
 
 
@@ -113,7 +120,14 @@ class MeasureOptions:
         )
         stake = AUTO_LOADER_STAKE_SHARE * loading_s if math.isfinite(loading_s) and loading_s > 0 else 0.0
 
-        def auto(value: float | None, default: float, what: str, wants: bool, own: float = 0.0) -> float:
+        def auto(
+            value: float | None,
+            default: float,
+            what: str,
+            wants: bool,
+            own: float = 0.0,
+            least: float = AUTO_MIN_BUDGET_S,
+        ) -> float:
             nonlocal pool
             if value is not None:
                 return value
@@ -122,13 +136,20 @@ class MeasureOptions:
             if not wants:
                 return 0.0
             budget = min(default, max(pool, own))
-            if budget < AUTO_MIN_BUDGET_S:
+            if budget < least:
                 skipped.append(what)
                 return 0.0
             pool = max(0.0, pool - budget)
             return budget
 
-        loader = auto(self.loader_budget_s, AUTO_LOADER_BUDGET_S, "loader probe", wanted[0], stake)
+        loader = auto(
+            self.loader_budget_s,
+            AUTO_LOADER_BUDGET_S,
+            "loader probe",
+            wanted[0],
+            stake,
+            AUTO_LOADER_MIN_BUDGET_S,
+        )
         trial = auto(self.trial_budget_s, AUTO_TRIAL_BUDGET_S, "trial steps", wanted[1])
         compile_ = auto(self.compile_budget_s, AUTO_COMPILE_BUDGET_S, "compile trial", wanted[2])
         if skipped:
