@@ -110,8 +110,9 @@ class MeasureOptions:
         come first (measured loader advice is the largest saving when loading waits), then the trial steps,
         then the compile trial with what is left (it skips itself when its estimate does not fit). The loader
         probe may take more than the pool: up to :data:`AUTO_LOADER_STAKE_SHARE` of ``loading_s``, the seconds
-        loading is projected to cost the fit. An explicit budget is used as given and is not taken from the
-        pool."""
+        loading is projected to cost the fit. A part whose budget comes out under its minimum is skipped (a note
+        says so): :data:`AUTO_MIN_BUDGET_S`, the loader probe :data:`AUTO_LOADER_MIN_BUDGET_S`. An explicit budget
+        is used as given and is not taken from the pool."""
         skipped: list[str] = []
         pool = (
             None
@@ -147,8 +148,8 @@ class MeasureOptions:
             AUTO_LOADER_BUDGET_S,
             "loader probe",
             wanted[0],
-            stake,
-            AUTO_LOADER_MIN_BUDGET_S,
+            own=stake,
+            least=AUTO_LOADER_MIN_BUDGET_S,
         )
         trial = auto(self.trial_budget_s, AUTO_TRIAL_BUDGET_S, "trial steps", wanted[1])
         compile_ = auto(self.compile_budget_s, AUTO_COMPILE_BUDGET_S, "compile trial", wanted[2])
@@ -156,7 +157,8 @@ class MeasureOptions:
             notes.append(
                 f"Not measured ({', '.join(skipped)}): this fit is projected to take {projected_run_s:.1f} s, too "
                 f"short to spend time measuring (automatic budgets take at most {AUTO_SHARE_OF_RUN:.0%} of the "
-                f"fit in all, the loader probe up to {AUTO_LOADER_STAKE_SHARE:.0%} of the time loading costs it), "
+                f"fit in all, the loader probe up to {AUTO_LOADER_STAKE_SHARE:.0%} of the time loading costs it; a "
+                f"part runs from {AUTO_MIN_BUDGET_S:.2f} s, the loader probe from {AUTO_LOADER_MIN_BUDGET_S:.2f} s), "
                 "so the advice is estimated; set loader_budget_s / trial_budget_s / compile_budget_s to measure "
                 "anyway."
             )
