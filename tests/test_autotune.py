@@ -174,6 +174,39 @@ def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
     assert not _loader_advice(cb.report) and any("DataLoader advice left out" in n for n in cb.report.notes)
 
 
+class _MarkStart:
+    """A worker_init_fn that leaves one file per worker start in ``folder`` (workers are other processes)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, worker_id: int) -> None:
+        (self.folder / f"{os.getpid()}-{worker_id}").touch()
+
+
+def test_persistent_workers_switched_mid_epoch_start_once(tmp_path: Path, forced: None) -> None:
+    # the loader that finishes the switched epoch is the loader of the epochs after: its two workers start at the
+    # switch and never again (before, two more started at the next epoch boundary: four starts)
+    # 40 steps an epoch: the switch falls inside one
+    data = Indexed(n=160, in_process_s=0.004, in_worker_s=0.004)
+    starts = tmp_path / "starts"
+    starts.mkdir()
+
+    def loader() -> DataLoader:
+        g = torch.Generator().manual_seed(7)
+        return DataLoader(data, batch_size=4, shuffle=True, generator=g, worker_init_fn=_MarkStart(starts))
+
+    plain, _, _ = _fit(tmp_path, False, loader)
+    tuned, trainer, cb = _fit(tmp_path, True, loader)
+    record = cb.report.autotune
+    assert record is not None and record.status == KEPT, record
+    if not record.mid_epoch:  # the verdict came at an epoch's last batch: nothing mid-epoch to test
+        pytest.skip(f"switched at the epoch boundary: {record}")
+    assert len(list(starts.iterdir())) == 2, sorted(p.name for p in starts.iterdir())
+    assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
+    assert tuned.seen == plain.seen  # the rest of the switched epoch, then whole epochs drawn as before
+
+
 def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path, forced: None) -> None:
     data = Indexed(in_process_s=0.003, in_worker_s=0.03)  # 12 ms a batch in-process, 120 ms in a worker
     plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True))

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 from lightning_bottleneck.advice.loader_plan import loader_recommendations
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.measure.loader_probe import probe_loader
+from lightning_bottleneck.measure.loader_probe import consumption_target, probe_loader
 from lightning_bottleneck.measure.loader_with_step import STEP_ALONE_STEPS
 from lightning_bottleneck.measure.trials import restored_trial_step
 from lightning_bottleneck.report import Recommendation
@@ -192,9 +192,10 @@ def test_the_probe_times_the_training_step_back_to_back_on_one_batch() -> None:
     fastest = max((r for r in ladder.rungs if r.num_workers), key=lambda r: r.samples_per_s).num_workers
     assert [r.num_workers for r in ladder.in_training][:3] == [0, fastest, 0], ladder
     now, new = ladder.in_training_rung(0), ladder.in_training_rung(fastest)
-    # waiting loads scale with the workers, beside the step too (2 workers: 1.96x; 70% of that scaling at least)
+    # waiting loads scale with the workers, beside the step too (the climb aims at the step timed back-to-back, so
+    # it goes to 16 workers: 10.3x on 2 cores; half that scaling at least)
     assert now is not None and new is not None, ladder
-    assert new.samples_per_s >= 0.7 * fastest * now.samples_per_s, ladder
+    assert new.samples_per_s >= 0.5 * fastest * now.samples_per_s, ladder
     assert len(batches) > len(alone)  # the timed rungs fed the step their own batches
     assert "back-to-back" in str(ladder)
     assert LoaderLadder.from_dict(ladder.to_dict()).step_ms == pytest.approx(ladder.step_ms, abs=1e-3)
@@ -622,3 +623,25 @@ def test_in_process_loading_timed_fastest_with_the_step_is_advised_as_a_measured
     # the epoch now: 10 steps of 2 ms and 0.4 s of restart; in-process: 10 steps at the rates' ratio
     step_new = 0.002 * 8_100.0 / 30_000.0
     assert first.expected_speedup == pytest.approx((10 * 0.002 + 0.4) / (10 * step_new), rel=0.05)
+
+
+def test_the_climb_aims_at_the_step_timed_back_to_back_and_skips_a_queue_it_cannot_fill() -> None:
+    """Issue 29's io_wait: the profiled window's steps less their wait read 10.7 ms (1 500 samples/s, which 8 workers
+    cover) where the step takes 0.62 ms back-to-back (25 800 samples/s): the climb stopped at 8 or 4 workers and the
+    fit with 16 was faster. The climb aims at the higher of the two. A count that does not cover that rate keeps its
+    queue empty whatever its depth: no deeper prefetch is timed for it."""
+    ladder = LoaderLadder(budget_s=1.0, usable_cpus=2)
+    assert consumption_target(1500.0, ladder) == 1500.0  # no step timed: the caller's figure
+    ladder.batch_size, ladder.step_ms = 16, 0.62
+    assert consumption_target(1500.0, ladder) == pytest.approx(25806, rel=1e-3)
+    assert consumption_target(None, ladder) == pytest.approx(25806, rel=1e-3)
+    assert consumption_target(1e5, ladder) == 1e5  # the window's, where it is the higher
+
+    loader = DataLoader(Sleepy(256, delay_s=0.003), batch_size=8)  # ~330 samples/s a process
+    far = probe_loader(loader, budget_s=2.0, usable_cpus=2, target_samples_per_s=1e6)
+    assert [r.num_workers for r in far.rungs] == [0, 16], far  # straight to the cap, nothing in between
+    assert all(r.prefetch_factor in (None, 2) for r in far.rungs), far
+    near = probe_loader(loader, budget_s=2.0, usable_cpus=2, target_samples_per_s=450.0)
+    covering = [r for r in near.rungs if r.num_workers and r.samples_per_s >= 450.0]
+    # covered: the deeper queue is timed
+    assert covering and any(r.prefetch_factor == 4 for r in near.rungs), near

@@ -304,23 +304,29 @@ class Autotuner:
         combined = trainer.fit_loop._combined_loader
         originals = list(combined.flattened)
         batches = epoch_batches(combined)
+        rest: list[tuple[int, Any]] = []
         try:
             replaced = [recreate(dl, settings) if eligible(dl, batches) else dl for dl in originals]
-            rest = []
             if mid_epoch:
                 running = combined._iterator.iterators
                 for i, (dl, new) in enumerate(zip(originals, replaced)):
                     if new is not dl:
-                        rest.append((i, iter(rest_of_epoch(dl, running[i], settings))))
+                        finish = rest_of_epoch(dl, running[i], settings)
+                        if not draws_every_epoch(finish):  # its workers persist: it is the loader from now on
+                            replaced[i] = finish
+                        rest.append((i, iter(finish)))
             combined.flattened = replaced
         except Exception as err:
+            for _, it in rest:
+                shutdown_iterator(it)
             self._not_applied(
                 f"Lightning could not re-create the train DataLoader ({type(err).__name__}: {err})"
             )
             return
         for i, it in rest:  # from the next batch on, the rest of this epoch's batches come from the workers
             combined._iterator.iterators[i] = it
-        self.rest_of_epoch = [it for _, it in rest]
+        # the loaders that only finish this epoch: their workers end with it (a persistent one goes on)
+        self.rest_of_epoch = [it for i, it in rest if draws_every_epoch(replaced[i])]
         self.originals, self.replaced = originals, replaced
         changed = [dl for dl, new in zip(originals, replaced) if new is not dl]
         if mid_epoch:  # this epoch's steps so far are "before"; the rest is a new entry without a first step
@@ -328,8 +334,8 @@ class Autotuner:
             self.ring_start, self.starts_seen = run.timer.step_ms.n, len(run.timer.epoch_start_wait_ms) + 1
         self.split = len(self.entries)
         persistent = any(not draws_every_epoch(dl) for dl in replaced)
-        if persistent:  # the epoch that starts them pays their start-up once
-            self.one_off.add(self.split + (1 if mid_epoch else 0))
+        if persistent and not mid_epoch:  # the epoch that starts them pays their start-up once
+            self.one_off.add(self.split)
         self.switch_epoch = trainer.current_epoch + (0 if mid_epoch else 1)
         self.switch_steps = run.timer.steps
         self.before = self._before(run, basis)

@@ -4,7 +4,8 @@ num_workers=0 first: CPU time against wall time of its fetch tells CPU-bound loa
 cannot help) from loading that waits (disk, network, remote storage: more workers than cores do help), so the
 ladder stops at the usable CPU count in the first case and goes on in the second. It also stops once a rung
 covers the model's rate, after rungs without a gain, or when the budget would not pay for the next rung; the
-best count then gets a larger ``prefetch_factor``.
+best count then gets a larger ``prefetch_factor`` where it covers the model's rate (else the queue is empty
+whatever its depth).
 """
 
 from __future__ import annotations
@@ -116,7 +117,10 @@ def climb(
         if flat >= PLATEAU_RUNGS and w > current:
             ladder.notes.append(f"The ladder stopped at num_workers={w}: {flat} rungs without a gain.")
             break
-    if best.num_workers > 0:
+    if best.num_workers > 0 and (target is None or best.samples_per_s >= target):
+        # a count that does not cover the model's rate has its workers busy all the time and the queue empty
+        # whatever its depth: a deeper one cannot raise the rate (issue 29's io_wait: 16 workers at ~4 800 samples/s
+        # against a step that takes 25 800, prefetch_factor=4 timed at 4 065, 0.4 s of start-up for nothing)
         for pf in PREFETCH_FACTORS:
             if not affordable(best.num_workers, pf, batch_bytes, memory_budget, ladder):
                 break
