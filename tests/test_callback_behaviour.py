@@ -358,3 +358,18 @@ def test_unreadable_baseline_is_a_note_not_an_error(tmp_path: Path) -> None:
     _, cb = fit_scenario("compute", tmp_path, callback_kwargs={"baseline": str(tmp_path / "nope.json")})
     assert cb.report is not None
     assert any("could not be read" in n for n in cb.report.notes)
+
+
+def test_the_rules_timing_leaves_the_profiled_windows_steps_out(tmp_path: Path) -> None:
+    """The profiled window's steps ran under the profiler (io_wait's read 10.7 ms of compute for a step of 0.6 ms
+    back-to-back): the timing the rules read leaves them and their data waits out, by their place in the ring."""
+    _, cb = fit_scenario("compute", tmp_path, max_steps=40)
+    run = cb._run
+    assert run.window_ring is not None
+    lo, hi = run.window_ring
+    assert hi > lo, run.window_ring
+    every = run.timer.step_ms.values()
+    kept = run.timing()
+    assert len(kept.step_ms) == len(every) - (hi - lo) and len(kept.data_wait_ms) == len(kept.step_ms)
+    assert kept.step_ms == every[:lo] + every[hi:]
+    assert run.timer.stats(None, skip=(0, len(every) - 2)).step_ms == every  # too few left: all kept

@@ -278,6 +278,38 @@ def test_no_worker_count_is_advised_when_none_trains_clearly_faster_with_the_ste
     assert "with the training step" in str(again)
 
 
+def test_no_workers_timed_beside_the_step_is_a_measured_point_over_the_ledgers_steps_and_boundaries() -> None:
+    """Issue 28: worker_restart's num_workers=0 was printed "up to 52.64x" (a range between the run's median step and
+    the back-to-back one) for an applied 35.30x, though the probe had timed in-process loading beside the model's
+    step. With that timing the step without workers is the run's fastest-quarter step without its wait plus the
+    loading the timing adds over the step alone; the saving replaces the ledger's training steps and epoch
+    boundaries (waits, start-ups, shutdowns, the slow tail) with it: a point, no range, the tail in it."""
+    from lightning_bottleneck.analysis.ledger import FitLedger
+    from lightning_bottleneck.categories import FitPart, PredictionKind
+
+    ladder, cfg, timing = _restarting(90_000.0)
+    ladder.step_ms = 0.3
+    ladder.in_training = [Rung(2, 2, 900.0, 0.45, None, None, 4, 0.3, rough=True),
+                          Rung(0, None, 16 / 0.5e-3, 0.0, None, None, 400, 0.25)]  # fmt: skip
+    plan = plan_from_timing(ladder, cfg, timing, 10, epochs=6)
+    change = plan.changes[0]
+    assert change.settings == {"num_workers": 0} and change.expected_speedup_range is None
+    step_without_wait = 16 / (16 / 5.8e-3)  # the fastest quarter of (step - wait): 5.8 ms
+    assert change.in_process_step_s == pytest.approx(step_without_wait + (0.5e-3 - 0.3e-3))
+
+    ledger = FitLedger(fit_s=60 * 8.0e-3 + 2.76 + 0.06, train_steps=60, epochs=6,
+                       parts={FitPart.TRAINING_STEPS: 60 * 8.0e-3, FitPart.EPOCH_BOUNDARIES: 2.76,
+                              FitPart.LOGGING: 0.06})  # fmt: skip
+    ev = Evidence(timing=timing, config=cfg, loader_ladder=ladder, ledger=ledger,
+                  run_length=RunLength(total_steps=60, steps_per_epoch=10, epochs=6))  # fmt: skip
+    rec = next(r for r in diagnose(ev).recommendations if "num_workers" in r.settings)
+    assert rec.prediction_kind == PredictionKind.MEASURED and rec.expected_speedup_range is None, rec
+    fit_ms = ledger.own_fit_s() * 1e3 / 60
+    new_ms = fit_ms - (8.0 + 2760 / 60) + change.in_process_step_s * 1e3  # logging stays
+    assert rec.expected_speedup == pytest.approx(fit_ms / new_ms, rel=0.01)
+    assert "timed beside the model's own training step" in rec.basis
+
+
 def test_timings_with_the_step_on_a_drifting_machine_give_a_range_or_no_advice() -> None:
     """The current worker count is timed before and after the others: when its two timings differ, a gain
     inside that spread is the machine's noise (not advised), and a gain beyond it gets a range, not a point."""

@@ -430,8 +430,8 @@ class FitRun:
             self.publish(trainer, self.report)
 
     def timing(self) -> TimingStats:
-        config = self.config
-        return self.timer.stats(float(config.batch_size) if config and config.batch_size else None)
+        size = self.config.batch_size if self.config else None
+        return self.timer.stats(float(size) if size else None, skip=self.window_ring)
 
     def ledger_snapshot(self) -> FitLedger | None:
         return self.ledger.snapshot() if self.ledger is not None else None

@@ -54,6 +54,9 @@ class LoaderChange:
     usable_cpus: int | None = None
     stall_now_s: float = 0.0
     epoch_now_s: float = 0.0
+    # num_workers=0 advised and its loading timed beside the model's own step (the probe's in-training rung): the
+    # step it predicts, seconds (None: not measured that way)
+    in_process_step_s: float | None = None
 
     @property
     def lever(self) -> str:

@@ -22,23 +22,16 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, LoaderLadder, Rung
 from lightning_bottleneck.rules.loader_choice import LoaderAdvice, LoaderChange, LoaderPlan
 from lightning_bottleneck.rules.loader_pace import (
-    CONTENDED_STEP_CORES,
-    DEFAULT_STEP_CORES,
-    IN_TRAINING_NOISE_MAX,
     MEASURED_GAIN_MIN,
     PERSISTENT_STARTUP_SHARE_MIN,
-    STEP_SPREAD_MAX,
     consumption_rate,
-    contended,
     covers,
-    current_spread,
     epoch_s,
     in_process_instead,
     in_process_over,
@@ -47,13 +40,17 @@ from lightning_bottleneck.rules.loader_pace import (
     per_sample_s,
     pick_in_training,
     predicted_step_s,
-    rung_for,
     shares_cores,
     shares_cores_well,
     timed_with_step,
     usable_cpu_count,
     usable_rungs,
-    wait_scaling_ceiling,
+)
+from lightning_bottleneck.rules.loader_prediction import (
+    LoaderNow,
+    in_process_step_s,
+    loader_now,
+    predicted_range,
 )
 from lightning_bottleneck.rules.noise_band import not_advised
 from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM, NO_CHANGE_BAND
@@ -104,7 +101,7 @@ def plan_loader(
     if ladder.skipped or not ladder.rungs:
         plan.notes += ladder.notes or ["The loader was not measured: no loader advice."]
         return plan
-    now = _now(ladder, current, step_s, steps_per_epoch, epoch_start_stall_s, step_cores, epochs)
+    now = loader_now(ladder, current, step_s, steps_per_epoch, epoch_start_stall_s, step_cores, epochs)
     steady_input = data_wait_share >= INPUT_SHARE_MEDIUM
     stall_costly = now.stall_share >= PERSISTENT_STARTUP_SHARE_MIN and steps_per_epoch is not None
     if not steady_input and not stall_costly:
@@ -123,8 +120,13 @@ def plan_loader(
     # the prediction: the new step, and the new epoch with its start-up, against the current epoch
     w_new = chosen.num_workers if chosen is not None else now.workers
     startup_new = chosen.startup_s if chosen is not None else (now.rung.startup_s if now.rung else now.stall)
-    step_new = predicted_step_s(
-        chosen, now.rung, typical, now.batch, step_s, current, ladder, now.k, trained_now
+    inline = in_process_step_s(now, chosen, consumption)
+    step_new = (
+        inline
+        if inline is not None
+        else predicted_step_s(
+            chosen, now.rung, typical, now.batch, step_s, current, ladder, now.k, trained_now
+        )
     )
     if w_new > 0 and not now.persistent:
         epoch_guess = epoch_s(steps_per_epoch, step_new, 0.0)
@@ -148,15 +150,17 @@ def plan_loader(
     evidence = loader_evidence(ladder, consumption, step_s, step_new, now.stall, steps_per_epoch)
     evidence["step_cores"] = round(now.k, 3)
     evidence["step_cores_measured"] = step_cores is not None
-    if trained_now is not None:
+    if inline is not None:
+        evidence["in_process_step_ms"] = round(inline * 1e3, 4)
+    if trained_now is not None or inline is not None:
         evidence["in_training_samples_per_s"] = {
             str(w): round(r.samples_per_s, 1)
             for w in sorted({r.num_workers for r in ladder.in_training})
             if (r := ladder.in_training_rung(w)) is not None
         }
     spread, uncertainty = (None, "")
-    if speedup is not None and chosen is not None:
-        spread, uncertainty = _range(
+    if speedup is not None and chosen is not None and inline is None:
+        spread, uncertainty = predicted_range(
             now, chosen, trained_now, speedup, stall_new, consumption, typical, back_to_back_samples_per_s
         )
     change = LoaderChange(
@@ -178,6 +182,7 @@ def plan_loader(
         usable_cpus=ladder.usable_cpus,
         stall_now_s=now.stall,
         epoch_now_s=now.epoch,
+        in_process_step_s=inline,
     )
     if plan.covered is False and ladder.bound == BOUND_CPU:
         # no setting covers the model: cheaper samples first, the settings meanwhile, only those predicted to clear
@@ -199,67 +204,8 @@ def plan_loader(
     return plan
 
 
-@dataclass(frozen=True)
-class _Now:
-    """The run's current loader setting and what it costs: the rule's baseline."""
-
-    ladder: LoaderLadder
-    current: RunConfig
-    k: float  # cores the training step keeps busy
-    k_measured: bool  # k was measured (else DEFAULT_STEP_CORES, assumed)
-    batch: int
-    workers: int
-    persistent: bool
-    rung: Rung | None  # the ladder's rung for the current setting
-    stall: float  # seconds of worker start-up per epoch (restarting workers)
-    once: float  # persistent workers' one start-up, per epoch of the fit
-    epoch: float  # seconds per epoch (per step when the epoch's length is unknown)
-    stall_share: float
-    step_s: float
-    steps_per_epoch: int | None
-    epochs: float | None
-
-
-def _now(
-    ladder: LoaderLadder,
-    current: RunConfig,
-    step_s: float,
-    steps_per_epoch: int | None,
-    epoch_start_stall_s: float | None,
-    step_cores: float | None,
-    epochs: float | None,
-) -> _Now:
-    workers = current.num_workers or 0
-    persistent = bool(current.persistent_workers) and workers > 0
-    rung = rung_for(ladder, workers, current.prefetch_factor)
-    stall = 0.0
-    if workers > 0 and not persistent:
-        if epoch_start_stall_s is not None:
-            stall = max(0.0, epoch_start_stall_s)
-        elif rung is not None:
-            stall = rung.startup_s
-    epoch = epoch_s(steps_per_epoch, step_s, stall)
-    return _Now(
-        ladder=ladder,
-        current=current,
-        k=DEFAULT_STEP_CORES if step_cores is None else max(0.0, step_cores),
-        k_measured=step_cores is not None,
-        batch=ladder.batch_size or current.batch_size or 1,
-        workers=workers,
-        persistent=persistent,
-        rung=rung,
-        stall=stall,
-        once=once_per_fit(rung.startup_s if persistent and rung else 0.0, epochs),
-        epoch=epoch,
-        stall_share=stall / epoch if epoch > 0 else 0.0,
-        step_s=step_s,
-        steps_per_epoch=steps_per_epoch,
-        epochs=epochs,
-    )
-
-
 def _choose(
-    now: _Now,
+    now: LoaderNow,
     plan: LoaderPlan,
     consumption: float | None,
     typical: float | None,
@@ -322,7 +268,7 @@ def _timed_others(ladder: LoaderLadder, w_now: int) -> bool:
     return any(r.num_workers != w_now and not r.rough for r in ladder.in_training)
 
 
-def _choose_from_the_loader_alone(now: _Now, plan: LoaderPlan, consumption: float) -> Rung | None:
+def _choose_from_the_loader_alone(now: LoaderNow, plan: LoaderPlan, consumption: float) -> Rung | None:
     """The smallest rung that covers the model on the cores the step leaves (else the fastest), if it measured
     (and, in training, is predicted) clearly faster than the current one."""
     ladder, current, k, w_now, rung_now = now.ladder, now.current, now.k, now.workers, now.rung
@@ -369,7 +315,7 @@ def _choose_from_the_loader_alone(now: _Now, plan: LoaderPlan, consumption: floa
     return chosen
 
 
-def _settings(now: _Now, chosen: Rung | None) -> dict[str, Any]:
+def _settings(now: LoaderNow, chosen: Rung | None) -> dict[str, Any]:
     """The DataLoader arguments that move the current setting to ``chosen`` (persistent workers and pinned
     memory are added by the prediction, which knows what start-up costs)."""
     settings: dict[str, Any] = {}
@@ -379,74 +325,6 @@ def _settings(now: _Now, chosen: Rung | None) -> dict[str, Any]:
         if chosen.num_workers > 0 and chosen.prefetch_factor not in (None, now.current.prefetch_factor or 2):
             settings["prefetch_factor"] = chosen.prefetch_factor
     return settings
-
-
-def _range(
-    now: _Now,
-    chosen: Rung,
-    trained_now: Rung | None,
-    speedup: float,
-    stall_new: float,
-    consumption: float | None,
-    typical: float | None,
-    back_to_back: float | None,
-) -> tuple[tuple[float, float] | None, str]:
-    """A measured range around the point and why, when the measurements disagree by more than a 20%
-    prediction allows; ``(None, "")`` for a point."""
-    ladder, current, k, spe = now.ladder, now.current, now.k, now.steps_per_epoch
-    step_s, bs = now.step_s, now.batch
-    if trained_now is not None:
-        lo, hi = current_spread(ladder, trained_now)
-        new_lo, new_hi = current_spread(ladder, chosen)
-        if (
-            lo > 0
-            and new_lo > 0
-            and (hi > lo * IN_TRAINING_NOISE_MAX or new_hi > new_lo * IN_TRAINING_NOISE_MAX)
-        ):
-            # a setting's two timings moved more than a 20% prediction allows: the speed-up is given as the
-            # range between the chosen's slower timing against the current's faster, and the other way round
-            ends = [
-                now.epoch / epoch_s(spe, step_s * rate / new, stall_new)
-                for rate, new in ((hi, new_lo), (lo, new_hi))
-            ]
-            moved = [
-                f"num_workers={w} {b / a - 1:.0%}"
-                for w, a, b in ((now.workers, lo, hi), (chosen.num_workers, new_lo, new_hi))
-                if b > a * IN_TRAINING_NOISE_MAX
-            ]
-            return (round(min(ends[0], speedup), 3), round(max(ends[1], speedup), 3)), (
-                f"the two timings with the step of {' and '.join(moved)} apart "
-                "(the machine's speed moved while it was measured)"
-            )
-        return None, ""
-    if contended(chosen, current, ladder, k):
-        # workers need cores the step holds: the low end has the step lose CONTENDED_STEP_CORES to them
-        worst = predicted_step_s(
-            chosen, now.rung, typical, bs, step_s, current, ladder, k + CONTENDED_STEP_CORES
-        )
-        low = now.epoch / epoch_s(spe, worst, stall_new) if worst > 0 else speedup
-        return (round(min(low, speedup), 3), round(speedup, 3)), (
-            f"{chosen.num_workers} worker(s) and a step that keeps {k:.1f} core(s) busy share "
-            f"{usable_cpu_count(current, ladder)} CPU(s)"
-        )
-    fastest = max(consumption or 0.0, back_to_back or 0.0)
-    if typical is None or fastest <= typical:
-        return None, ""
-    top = wait_scaling_ceiling(chosen, ladder)  # the loader at the most it can deliver (waiting loads)
-    fast = predicted_step_s(top, now.rung, fastest, bs, step_s, current, ladder, k)
-    high = now.epoch / epoch_s(spe, fast, stall_new) if fast > 0 else speedup
-    if high <= speedup * STEP_SPREAD_MAX:
-        return None, ""
-    quick = (
-        f"{bs / consumption * 1e3:.1f} ms (the fastest quarter)"
-        if consumption and consumption >= fastest
-        else f"{bs / fastest * 1e3:.1f} ms (the same step timed back-to-back, no loading between)"
-    )
-    more = f"; the high end has the workers at {top.samples_per_s:.0f} samples/s" if top is not chosen else ""
-    return (round(speedup, 3), round(high, 3)), (
-        f"this run's own steps took {bs / typical * 1e3:.1f} ms (median) but {quick} without the data "
-        f"wait; which of them the step runs at once {chosen.label} does the loading was not measured{more}"
-    )
 
 
 def _advice_kind(settings: dict[str, Any], *, timed: bool, short: bool) -> LoaderAdvice:
