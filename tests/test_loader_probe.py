@@ -106,6 +106,10 @@ def test_probe_leaves_loader_order_and_rng_draws_untouched() -> None:
     rng_before = (random.getstate(), np_before, torch.get_rng_state().clone())
     ladder = probe_loader(loader, budget_s=1.5, usable_cpus=2)  # between two batches of a live iterator
     assert len(ladder.rungs) >= 2, ladder
+    # shutting a rung's workers down is timed (persistent workers pay it once per fit), never without workers
+    assert all((r.shutdown_s > 0) == (r.num_workers > 0) for r in ladder.rungs), ladder.rungs
+    again = LoaderLadder.from_dict(ladder.to_dict())
+    assert again.rungs[1].shutdown_s == round(ladder.rungs[1].shutdown_s, 4)
     assert random.getstate() == rng_before[0]
     assert np.array_equal(np.random.get_state()[1], rng_before[1])  # type: ignore[index]
     assert torch.equal(torch.get_rng_state(), rng_before[2])
@@ -375,8 +379,9 @@ def test_one_worker_that_loads_no_faster_alone_is_advised_for_the_overlap() -> N
     )
     first = plan.changes[0]
     assert first.settings == {"num_workers": 1, "persistent_workers": True}, plan
-    # a 30 ms step against one paced by the worker's 8 / 405 s = 19.8 ms a batch (kept alive between epochs)
-    assert first.expected_speedup == pytest.approx(0.030 / (8 / 405.0), rel=0.02)
+    # a 30 ms step against one paced by the worker's 8 / 405 s = 19.8 ms a batch (kept alive between epochs, each
+    # epoch's first batch waits one batch for it)
+    assert first.expected_speedup == pytest.approx(12 * 0.030 / (13 * 8 / 405.0), rel=0.02)
     # loading that burns the CPU the step needs is judged by the loader's own rate, as before
     cpu_bound = LoaderLadder([_rung(0, 459.0), _rung(1, 405.0)], BOUND_CPU, 8, 2)
     plan = plan_loader(
@@ -459,7 +464,8 @@ def test_plan_from_timing_reads_consumption_and_stall_from_the_always_on_timing(
     rec = loader_recommendations(plan, cfg)[0]
     assert rec.settings == {"persistent_workers": True} and rec.lever == "loader:persistent_workers"
     assert rec.evidence["epoch_start_stall_ms"] == pytest.approx(400.0)
-    assert rec.expected_speedup == pytest.approx((10 * 0.004 + 0.4) / (10 * 0.004), rel=0.05)
+    # kept alive, the 2 workers start once (the epochs are unknown: nothing) and refill each epoch: 2 x 16 / 9000 s
+    assert rec.expected_speedup == pytest.approx((10 * 0.004 + 0.4) / (10 * 0.004 + 2 * 16 / 9000), rel=0.02)
     # round trip through the report's JSON keeps the new fields
     again = Recommendation.from_dict(rec.to_dict())
     assert again.expected_speedup == rec.expected_speedup and again.evidence == rec.evidence

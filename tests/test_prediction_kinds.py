@@ -242,7 +242,7 @@ def test_a_worker_count_that_trained_faster_but_starts_too_slowly_is_named_as_no
     from lightning_bottleneck.rules.loader_choice import LoaderAdvice, LoaderPlan
     from lightning_bottleneck.rules.loader_plan import plan_loader
 
-    def plan(startup_s: float) -> LoaderPlan:
+    def plan(startup_s: float, steps_per_epoch: int = 20) -> LoaderPlan:
         alone = [Rung(0, None, 600.0, 0.05, 1e-3, 0.9, 20, 0.3), Rung(1, 2, 450.0, 0.05, 1e-3, 0.9, 20, 0.3),
                  Rung(2, 2, 700.0, startup_s, 1e-3, 0.9, 20, 0.3)]  # fmt: skip
         with_step = [Rung(0, None, 590.0, 0.0, None, None, 20, 0.3), Rung(2, 2, 690.0, startup_s, None, None, 20, 0.3),
@@ -250,13 +250,15 @@ def test_a_worker_count_that_trained_faster_but_starts_too_slowly_is_named_as_no
         ladder = LoaderLadder(alone, BOUND_CPU, 8, 2, in_training=with_step)
         cfg = RunConfig(num_workers=0, batch_size=8, usable_cpus=2, accelerator="cpu")
         return plan_loader(ladder, cfg, consumption_samples_per_s=5000.0, data_wait_share=0.9, step_s=0.0133,
-                           steps_per_epoch=20, step_cores=1.0, epochs=2)  # fmt: skip
+                           steps_per_epoch=steps_per_epoch, step_cores=1.0, epochs=2)  # fmt: skip
 
     slow = plan(0.5)
     (change,) = slow.changes
     assert change.advice == LoaderAdvice.CHEAPER_SAMPLES and change.settings == {}
     (left_out,) = [n for n in slow.notes if n.startswith("Not advised: num_workers=2")]
     assert "per epoch with the workers' start-up, slower, below the 3% noise band" in left_out, left_out
-    quick = plan(0.05)
+    quick = plan(
+        0.005, steps_per_epoch=40
+    )  # a cheap start-up, and an epoch long enough for each one's refill
     assert quick.changes[0].settings["num_workers"] == 2
     assert not [n for n in quick.notes if n.startswith("Not advised")]

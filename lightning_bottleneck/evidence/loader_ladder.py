@@ -29,6 +29,7 @@ class Rung:
     batches: int  # batches fetched in all, start-up included
     measured_s: float  # length of the steady-state window
     rough: bool = False  # the budget ran out before a full steady-state window
+    shutdown_s: float = 0.0  # shutting the workers down after the timing (0 without workers, or not timed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class Rung:
             "batches": self.batches,
             "measured_s": round(self.measured_s, 4),
             "rough": self.rough,
+            "shutdown_s": round(self.shutdown_s, 4),
         }
 
     @classmethod
@@ -55,6 +57,7 @@ class Rung:
             batches=int(d.get("batches", 0)),
             measured_s=float(d.get("measured_s", 0.0)),
             rough=bool(d.get("rough", False)),
+            shutdown_s=float(d.get("shutdown_s", 0.0)),
         )
 
     @property
@@ -103,6 +106,7 @@ class LoaderLadder:
             batches=sum(r.batches for r in found),
             measured_s=sum(r.measured_s for r in found),
             rough=any(r.rough for r in found),
+            shutdown_s=min(r.shutdown_s for r in found),
         )
 
     def rung(self, num_workers: int, prefetch_factor: int | None = None) -> Rung | None:

@@ -68,6 +68,7 @@ def time_rung(
     open_at = round_size if consume is None or not workers else workers * (prefetch or 2)
     it: Any = None
     t0 = time.perf_counter()
+    down_s = 0.0
     try:
         it = iter(dl)
         batch = next(it)
@@ -105,7 +106,9 @@ def time_rung(
         ladder.notes.append(f"{what} stopped at num_workers={workers}: {type(err).__name__}: {err}")
         return None
     finally:
+        t_down = time.perf_counter()
         shutdown_workers(it)
+        down_s = time.perf_counter() - t_down if workers else 0.0
     window_batches = fetched - n_open
     rough = (fetched - n_open) // round_size < MIN_ROUNDS
     if window_batches > 0 and t_open >= 0 and now > t_open:  # t_open < 0: the window never opened
@@ -139,6 +142,7 @@ def time_rung(
         batches=fetched,
         measured_s=measured,
         rough=rough,
+        shutdown_s=down_s,
     )
 
 

@@ -36,8 +36,8 @@ from lightning_bottleneck.rules.loader_pace import (
     in_process_instead,
     in_process_over,
     loader_evidence,
-    once_per_fit,
     per_sample_s,
+    persistent_extra_s,
     pick_in_training,
     predicted_step_s,
     shares_cores,
@@ -140,9 +140,9 @@ def plan_loader(
         settings["pin_memory"] = True
     stall_new = 0.0 if (w_new == 0 or now.persistent or settings.get("persistent_workers")) else startup_new
     if w_new > 0 and (now.persistent or settings.get("persistent_workers")):
-        # workers that persist start once per fit: that start-up, spread over the fit's epochs, against the
-        # current one's (when they persist too)
-        stall_new = max(0.0, once_per_fit(startup_new, epochs) - now.once)
+        # workers that persist start (and stop) once per fit, spread over the fit's epochs, and refill at each epoch's
+        # start: against the current one's (when they persist too)
+        stall_new = max(0.0, persistent_extra_s(chosen or now.rung, ladder, now.batch, epochs) - now.once)
     epoch_new = epoch_s(steps_per_epoch, step_new, stall_new)
     speedup = now.epoch / epoch_new if epoch_new > 0 and settings else None
     plan.predicted_step_s = round(step_new, 6)

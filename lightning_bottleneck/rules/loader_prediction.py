@@ -17,7 +17,7 @@ from lightning_bottleneck.rules.loader_pace import (
     contended,
     current_spread,
     epoch_s,
-    once_per_fit,
+    persistent_extra_s,
     predicted_step_s,
     rung_for,
     usable_cpu_count,
@@ -67,17 +67,18 @@ def loader_now(
         elif rung is not None:
             stall = rung.startup_s
     epoch = epoch_s(steps_per_epoch, step_s, stall)
+    batch = ladder.batch_size or current.batch_size or 1
     return LoaderNow(
         ladder=ladder,
         current=current,
         k=DEFAULT_STEP_CORES if step_cores is None else max(0.0, step_cores),
         k_measured=step_cores is not None,
-        batch=ladder.batch_size or current.batch_size or 1,
+        batch=batch,
         workers=workers,
         persistent=persistent,
         rung=rung,
         stall=stall,
-        once=once_per_fit(rung.startup_s if persistent and rung else 0.0, epochs),
+        once=persistent_extra_s(rung if persistent else None, ladder, batch, epochs),
         epoch=epoch,
         stall_share=stall / epoch if epoch > 0 else 0.0,
         step_s=step_s,
