@@ -199,11 +199,14 @@ def test_persistent_workers_switched_mid_epoch_start_once(tmp_path: Path, forced
     plain, _, _ = _fit(tmp_path, False, loader)
     tuned, trainer, cb = _fit(tmp_path, True, loader)
     record = cb.report.autotune
-    assert record is not None and record.status == KEPT, record
+    # kept (the workers' 2x); under a loaded machine the confirm may undo it (twice in a full suite run beside other
+    # work): the workers it started are then shut down, and none starts again either way
+    assert record is not None and record.status in (KEPT, UNDONE), record.to_dict()
     if not record.mid_epoch:  # the verdict came at an epoch's last batch: nothing mid-epoch to test
         pytest.skip(f"switched at the epoch boundary: {record}")
     assert len(list(starts.iterdir())) == 2, sorted(p.name for p in starts.iterdir())
-    assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
+    if record.status == KEPT:
+        assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
     assert tuned.seen == plain.seen  # the rest of the switched epoch, then whole epochs drawn as before
 
 

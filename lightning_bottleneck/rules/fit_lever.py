@@ -131,3 +131,26 @@ def hook_indirect_max_s(ledger: FitLedger, evidence: Evidence, per_call_s: float
     steps = ledger.train_steps
     self_log_s = ledger.self_log_s / steps if steps > 0 and evidence.back_to_back_step_ms is not None else 0.0
     return min(step_excess_s(ledger, evidence) + self_log_s, T.HOOK_INDIRECT_MAX_SHARE * per_call_s)
+
+
+def after_effect(
+    ledger: FitLedger, evidence: Evidence, per_call_s: float, avoided: float, what: str
+) -> tuple[dict[str, Any], str]:
+    """The high end of the saving from ``avoided`` fewer calls of work interleaved with the steps (a hook, a logger
+    write): each may also slow the step after it, by at most :func:`hook_indirect_max_s`. The evidence keys the
+    ranking reads (``saved_high_s``, ``range_why``) and the words the basis adds; nothing when there is no bound."""
+    indirect = hook_indirect_max_s(ledger, evidence, per_call_s)
+    if indirect <= 0:
+        return {}, ""
+    spread: dict[str, Any] = {
+        "saved_high_s": round((per_call_s + indirect) * avoided, 6),
+        "indirect_max_s_per_call": round(indirect, 6),
+        "range_why": (
+            f"the step after each {what} may run slower because of it (its caches, its memory); how much was bounded "
+            "by this run's step against the same step timed back-to-back and the step's self.log calls"
+        ),
+    }
+    return spread, (
+        f"; the step after each {what} may also run up to {seconds_text(indirect)} slower (this run's step over the "
+        "same step timed back-to-back, its self.log calls)"
+    )
