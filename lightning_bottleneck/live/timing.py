@@ -13,8 +13,9 @@ from lightning_bottleneck.evidence import TimingStats
 from lightning_bottleneck.stats import percentile
 
 DEFAULT_CAPACITY = 4096  # ~64 KiB of doubles; enough for stable median/p90 and rolling shares
-# The profiled window's steps are left out of the timing when at least this many others remain: the rules' medians
-# and quartiles need a handful of steps (STEP_ALONE_MIN_STEPS-like), fewer outside the window keeps them all
+# The profiled window's steps are left out of the timing when at least this many others remain: the consumption rate
+# is read at the 25th percentile (rules/loader_pace.CONSUMPTION_QUANTILE), which takes 4 steps to be other than the
+# fastest one; with fewer outside the window (a fit of a few steps) all are kept
 MIN_STEPS_OUTSIDE = 5
 
 

@@ -106,7 +106,7 @@ def logging_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
         if new > interval:
             frac = 1.0 - interval / new
             # the steps between the writes ran faster with fewer of them (logging_heavy: 1 ms a step less with a
-            # write every 10 steps, 1.29x predicted from the writes alone, 1.59-1.62x applied): the high end
+            # write every 10 steps; 1.29-1.31x predicted from the writes alone, 1.35x and 1.62x applied): the high end
             spread, more = after_effect(ledger, evidence, writes_s / calls, calls * frac, "logger write")
             out.append(
                 FitLever(
