@@ -121,22 +121,16 @@ def step_excess_s(ledger: FitLedger, evidence: Evidence) -> float:
 
 
 def hook_indirect_max_s(ledger: FitLedger, evidence: Evidence, per_call_s: float) -> float:
-    """How much slower, at most, the training step after a hook call may run because of it (seconds):
-    :func:`interleaved_excess_s`, capped at HOOK_INDIRECT_MAX_SHARE of the hook's own time.
+    """How much slower, at most, the training step after a hook call may run because of it (seconds): the
+    step's excess (:func:`step_excess_s`) and the step's ``self.log`` calls (booked to logging, run inside
+    ``training_step`` on the caches the hook left; the back-to-back timing discards them, so they have no
+    reference and all of their time is counted), capped at HOOK_INDIRECT_MAX_SHARE of the hook's own time.
     heavy_callback (issue 28): with its 10 ms hook every step, the steps and their self.log took 4.0 ms a step;
     called every 10th step, 2-2.75 ms: 1.3-2 ms a call on top, where the steps' excess alone bounded it at 1 ms
     and the range's high end fell short of the applied speed-up in three runs of three."""
-    return min(interleaved_excess_s(ledger, evidence), T.HOOK_INDIRECT_MAX_SHARE * per_call_s)
-
-
-def interleaved_excess_s(ledger: FitLedger, evidence: Evidence) -> float:
-    """Seconds per training step that work interleaved with the steps (a hook, a validation run) may have added
-    to them: the step's excess (:func:`step_excess_s`) and its ``self.log`` calls (booked to logging, run inside
-    ``training_step`` on the caches the interleaved work left; the back-to-back timing discards them, so they
-    have no reference and all of their time is counted); 0 when nothing timed the step back-to-back."""
     steps = ledger.train_steps
     self_log_s = ledger.self_log_s / steps if steps > 0 and evidence.back_to_back_step_ms is not None else 0.0
-    return step_excess_s(ledger, evidence) + self_log_s
+    return min(step_excess_s(ledger, evidence) + self_log_s, T.HOOK_INDIRECT_MAX_SHARE * per_call_s)
 
 
 def after_effect(

@@ -15,8 +15,8 @@ from lightning_bottleneck.rules.fit_lever import (
     VAL_LOADER_GAIN_MIN,
     FitLever,
     growth_factor,
-    interleaved_excess_s,
     seconds_text,
+    step_excess_s,
     steps_per_epoch_of,
 )
 
@@ -60,20 +60,17 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                 "per_validation_s": round(per, 6),
             }
             # the steps between validations may also run faster without them: up to the avoided runs' share of
-            # the steps' excess over back-to-back and their self.log calls (fit_lever.interleaved_excess_s: with
-            # validation every 10 batches val_slow_loader's self.log took 0.9 ms a call, 0.5-0.6 ms every 100;
-            # without them the range's high end fell 1.5% short of the applied speed-up, issue 28), at most
-            # VALIDATION_INDIRECT_MAX_SHARE of the time saved
+            # the steps' excess over back-to-back, at most VALIDATION_INDIRECT_MAX_SHARE of the time saved
             indirect = min(
-                interleaved_excess_s(ledger, evidence) * steps * avoided / runs,
+                step_excess_s(ledger, evidence) * steps * avoided / runs,
                 T.VALIDATION_INDIRECT_MAX_SHARE * avoided * per,
             )
             if indirect > 0:
                 ev["saved_high_s"] = round(avoided * per + indirect, 6)
                 ev["range_why"] = (
                     "the training steps between validations may run faster without them (caches, memory, the "
-                    "metrics they collect); how much was bounded by this run's step (and its self.log calls) against "
-                    "the same step timed back-to-back, not measured"
+                    "metrics they collect); how much was bounded by this run's step against the same step timed "
+                    "back-to-back, not measured"
                 )
             out.append(
                 FitLever(
