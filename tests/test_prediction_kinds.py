@@ -258,8 +258,7 @@ def test_a_worker_count_that_trained_faster_but_starts_too_slowly_is_named_as_no
     assert change.advice == LoaderAdvice.CHEAPER_SAMPLES and change.settings == {}
     (left_out,) = [n for n in slow.notes if n.startswith("Not advised: num_workers=2")]
     assert "per epoch with the workers' start-up, slower, below the 3% noise band" in left_out, left_out
-    quick = plan(
-        0.005, steps_per_epoch=40
-    )  # a cheap start-up, and an epoch long enough for each one's refill
+    # a cheap start-up, and an epoch long enough for each one's refill
+    quick = plan(0.005, steps_per_epoch=40)
     assert quick.changes[0].settings["num_workers"] == 2
     assert not [n for n in quick.notes if n.startswith("Not advised")]

@@ -46,8 +46,12 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
             # new save replaced, its top-k bookkeeping) may go with the saves too: at most once per save after the
             # first, so up to avoided / (saves - 1) of it. checkpoint_heavy (issue 28): 8 saves of 128 MB took
             # 2.59 s and the callback's hooks 0.27 s more; every 40 steps (one save) the fit took 0.31 s, where
-            # the saves alone left 0.60 s ("up to 5.78x" for 7.87x applied)
-            residual = max(0.0, ckpt - saves_s) * avoided / (saves - 1) if ledger.save_s > 0 else 0.0
+            # the saves alone left 0.60 s ("up to 5.78x" for 7.87x applied). 0 when the saves were not timed apart
+            residual = max(0.0, ckpt - saves_s) * avoided / (saves - 1)
+            residual_why = (
+                f"the checkpoint callbacks' {seconds_text(ckpt - saves_s)} outside the saves themselves (removing the "
+                "files new saves replaced) may go with the saves avoided"
+            )
             if lo > 0 and hi >= lo * T.SAVE_SPREAD_RANGE_MIN:
                 # the saves left may be of the slow kind or the fast: bound both ways (SAVE_SPREAD_RANGE_MIN)
                 spread = {
@@ -57,23 +61,11 @@ def checkpoint_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     "save_max_s": round(hi, 6),
                     "range_why": (
                         f"single saves took {seconds_text(lo)}-{seconds_text(hi)} on this run: the {new_saves} save(s) left may cost "
-                        "anything in that spread"
-                        + (
-                            f"; the checkpoint callbacks' {seconds_text(ckpt - saves_s)} outside the saves (removing "
-                            "replaced files) may go with them"
-                            if residual > 0
-                            else ""
-                        )
+                        "anything in that spread" + (f"; {residual_why}" if residual > 0 else "")
                     ),
                 }
             elif residual > 0:
-                spread = {
-                    "saved_high_s": round(avoided * per + residual, 6),
-                    "range_why": (
-                        f"the checkpoint callbacks' {seconds_text(ckpt - saves_s)} outside the saves themselves "
-                        "(removing the files new saves replaced) may go with the saves avoided"
-                    ),
-                }
+                spread = {"saved_high_s": round(avoided * per + residual, 6), "range_why": residual_why}
             out.append(
                 FitLever(
                     FitPart.CHECKPOINTING,
