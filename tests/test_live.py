@@ -397,11 +397,11 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     no_probe = MeasureOptions().resolved(600.0, notes, wanted=(False, True, True))
     assert no_probe.loader_budget_s == 0.0 and no_probe.trial_budget_s == min(5.0, pool)
     day = MeasureOptions().resolved(86400.0, notes)
-    assert (day.loader_budget_s, day.trial_budget_s, day.compile_budget_s) == (3.0, 5.0, 60.0)
+    assert (day.loader_budget_s, day.trial_budget_s, day.compile_budget_s) == (3.0, 5.0, 120.0)
     explicit = MeasureOptions(trial_budget_s=2.0).resolved(600.0, notes)
     assert explicit.trial_budget_s == 2.0  # as given, not from the pool
     notes.clear()
-    assert MeasureOptions().resolved(None, notes).compile_budget_s == 60.0 and not notes
+    assert MeasureOptions().resolved(None, notes).compile_budget_s == 120.0 and not notes
     assert projected_run_s(None, None) is None
     # the loader probe may also take AUTO_LOADER_STAKE_SHARE of what loading costs the fit: a 20 s fit that waits
     # 18 s is probed for 1.8 s (its 1% pool, 0.2 s, is under the minimum), and leaves nothing to the trials

@@ -89,7 +89,7 @@ class BottleneckCallback(Callback):
         trial_budget_s: seconds of trial steps on the live model (bf16/fp16 autocast, matmul precision,
             ``channels_last``, ``torch.compile``) when compute or overhead matter; 0 turns them off; ``None``:
             5 s, from the same pool after the loader probe.
-        compile_budget_s: seconds ``torch.compile`` may take in the trials; 0 skips it; ``None``: 60 s, at most
+        compile_budget_s: seconds ``torch.compile`` may take in the trials; 0 skips it; ``None``: 120 s, at most
             what is left of the pool.
         autotune: apply the loader probe's measured DataLoader setting to this fit, keep it only when faster
             beyond noise, else switch back (docs/callback.md#autotune). Off by default.
