@@ -63,7 +63,7 @@ TRIALS_SHARE_MIN = thresholds.OVERHEAD_SHARE_MEDIUM
 #: Automatic budgets (an option left at ``None``): the most each part may take ...
 AUTO_LOADER_BUDGET_S = 3.0  # a few rungs of a ladder, each a couple of rounds of batches (loader_probe.py)
 AUTO_TRIAL_BUDGET_S = 5.0  # a few A/B pairs per lever (trials.py: DEFAULT_BUDGET_S)
-AUTO_COMPILE_BUDGET_S = 120.0  # trials.DEFAULT_COMPILE_BUDGET_S: Inductor compiles a few thousand ops in 54-92 s
+AUTO_COMPILE_BUDGET_S = 120.0  # trials.DEFAULT_COMPILE_BUDGET_S: a few thousand ops compile in 54-92 s
 #: ... and all of them together at most this share of the projected fit: the measurement is an investment
 #: paid once, and the one part of the callback's cost that grows with the fit. Issue 18's goals are the whole
 #: callback within 2% of a 2000-step fit and within noise on a 10000-step one, with a fixed cost near 150 ms
