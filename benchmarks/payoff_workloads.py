@@ -725,7 +725,8 @@ def run(name: str, mode: str, settings: dict[str, Any], out: Path, loader_plan: 
         from lightning_bottleneck import BottleneckCallback
 
         # The workloads are seconds-long stand-ins for runs of minutes to hours: give the measurement stage the
-        # budgets it has on such runs (automatic budgets are capped at 1% of the projected fit: 120 s of compile on a run of 3.3 hours).
+        # budgets it has on such runs (automatic budgets are capped at 1% of the projected fit: 120 s of compile on a
+        # run of 3.3 hours).
         callbacks.append(
             BottleneckCallback(
                 report_path=str(out / "bottleneck_report.json"),
