@@ -349,9 +349,12 @@ def direct_fixed_cost(steps: int, rounds: int) -> None:
             kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             child_cpu = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
             total = sum(sum(v) for v in spent.values())
-            # the always-on part: each per-step hook's median call (outside the window) x its calls
+            # the always-on part: each per-step hook's median call (outside the window) x its calls; the
+            # phase-label hooks leave Lightning's hook calls outside the window (no calls there: none)
             always = sum(
-                statistics.median(spent[h][WINDOW_END:]) * len(spent[h]) for h in per_step_hooks if h in spent
+                statistics.median(spent[h][WINDOW_END:]) * len(spent[h])
+                for h in per_step_hooks
+                if len(spent.get(h, ())) > WINDOW_END
             )
             med = statistics.median(fit.compute_ms)
             window_extra = sum(max(0.0, ms - med) for ms in fit.compute_ms[WINDOW_START:WINDOW_END])
