@@ -377,7 +377,9 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     reports = {}
     for name, budget in (("auto", None), ("explicit", 1.0)):
         cb = BottleneckCallback(**SMALL_WINDOW, loader_budget_s=budget, trial_budget_s=0)
-        loader = DataLoader(SlowDataset(96, delay_s=0.002), batch_size=8)
+        # 10 ms a sample: the wait stays most of the step on a machine running 3x slower than usual (at 2 ms the
+        # fourteenth session's slow VM state read "overhead", at 5 ms with a busy core too)
+        loader = DataLoader(SlowDataset(96, delay_s=0.01), batch_size=8)
         trainer = quiet_trainer(tmp_path / name, [cb], max_epochs=1)
         trainer.fit(Regressor(), loader)
         assert cb.report is not None and cb.report.primary.value == "input"

@@ -63,8 +63,10 @@ def test_wide_mlp_is_compute(tmp_path: Path) -> None:
 
 
 def test_slow_validation_loader_is_not_input(tmp_path: Path) -> None:
-    # validation runs every 3 steps, inside the profiled window, with a loader that sleeps 10 ms per sample
-    _, cb = fit_scenario("slow_val", tmp_path, val_check_interval=3, limit_val_batches=2)
+    # validation runs every 3 steps, inside the profiled window, with a loader that sleeps 10 ms per sample: 4
+    # batches of 8, 0.32 s a run (with 2, 0.16 s, the three compute-bound steps between runs outweighed it on a
+    # machine running 3x slower than usual, and the verdict read "compute")
+    _, cb = fit_scenario("slow_val", tmp_path, val_check_interval=3, limit_val_batches=4)
     report = cb.report
     # validation (10 ms per sample, every 3 steps) is most of the fit: the verdict is the rest of the fit
     # (issue 17), while the step itself stays compute-bound: no validation fetch leaks into its data wait
