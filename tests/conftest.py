@@ -124,3 +124,19 @@ def busy_core() -> Iterator[None]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def one_intra_op_thread() -> Iterator[None]:
+    """The fit runs torch on one intra-op thread (restored after). Beside ``busy_core`` on 2 cores, two intra-op
+    threads wait at every op for the one that shares a core with the spinner: a tiny step's body flipped between
+    8 ms and 63 ms (whole scheduler slices) from one stretch of steps to the next, and a test that asserts a measured
+    point met a run with nothing steady to measure."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

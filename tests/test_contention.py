@@ -204,8 +204,11 @@ def test_loader_probe_and_dataloader_workers_are_not_a_busy_machine(tmp_path: An
     assert not psutil_children(), "every worker has exited"
     assert end.children_cpu_s - start.children_cpu_s > 0.2, (start, end)  # the exited workers' CPU is ours
     if c.others_cores is not None:
-        assert c.others_cores <= max(before, after) + 0.5, (c, before, after)
-        quiet = max(before, after) < MATERIAL_SHORTFALL * 0.5 * start.usable_cpus
+        # the hypervisor's steal is others' use of our CPUs too, but only while this process wants them: the idle
+        # readings before and after cannot see it (CI at 120589e: 26% of 2 CPUs stolen, 0.55 cores "others")
+        stolen = (c.steal_share or 0.0) * start.usable_cpus
+        assert c.others_cores <= max(before, after) + stolen + 0.5, (c, before, after)
+        quiet = max(before, after) + stolen < MATERIAL_SHORTFALL * 0.5 * start.usable_cpus
         if quiet:  # nobody else ran: the machine must not be called busy
             assert not c.busy, c
 

@@ -29,13 +29,16 @@ def _printed(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_an_input_bound_fit_prints_its_measured_loader_figure_first_in_a_short_answer(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, busy_core: None
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, busy_core: None, one_intra_op_thread: None
 ) -> None:
     caplog.set_level(logging.INFO)
     kwargs = {"probe_loader": True, "loader_budget_s": 3.0, "verbose": None}
     # 60 steps: the workers' start-up, shutdown and each epoch's refill are paid back over the steps left (at 24, a
     # full-suite run on the busy 2-core VM once measured 16 workers at 0.885x over the whole run, and nothing was
-    # advised; at 40 once more, in CI, after the shutdown and the refill joined the prediction)
+    # advised; at 40 once more, in CI, after the shutdown and the refill joined the prediction). One intra-op thread:
+    # with two, the step body read 8 ms in some stretches and 63 ms in others beside the busy core, the median step
+    # without its wait read 61 ms for a 1 ms step timed back-to-back, the loader figure became a bound and an
+    # overhead fix ranked first (CI at 120589e)
     _, cb = fit_scenario("input", tmp_path, max_steps=60, callback_kwargs=kwargs)
     report = cb.report
     assert report is not None and report.primary == Category.INPUT
@@ -52,9 +55,13 @@ def test_an_input_bound_fit_prints_its_measured_loader_figure_first_in_a_short_a
     answer = _printed(caplog)[0]
     lines = answer.splitlines()
     assert len(lines) <= MAX_LINES, answer
-    assert (
-        f"1. {rec.title}" in answer and f"{rec.expected_speedup:.2f}x (measured" in answer
-    )  # the point first
+    # the mid-run figure first, in its kind's words: a point or a measured range when the probe's timings agree
+    # (the final report's, asserted above); the mid-run answer reads the timing of the few steps after the window
+    # and was once a bound on the slow VM state ("up to ... (not measured)"), which is the kind it then is
+    assert f"1. {rec.title}" in answer and rec.speedup_text and rec.speedup_text in answer, answer
+    assert answer.index(f"1. {rec.title}") < answer.index(rec.speedup_text), answer
+    if rec.prediction_kind != PredictionKind.BOUND:
+        assert f"{rec.expected_speedup:.2f}x (measured" in answer, answer
     assert sum(line.strip().startswith("evidence:") for line in lines) == 1
     assert "advice:" not in answer and "the loader probe" not in answer  # how the figure was obtained: report
     assert "loader probe" in rec.speedup_reason

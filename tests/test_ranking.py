@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -533,3 +534,25 @@ def test_an_unmeasured_compile_on_per_op_overhead_gives_a_range_up_to_its_measur
     assert rec.expected_speedup == pytest.approx(1 / (1 - overhead * T.RECOVERABLE["overhead"]), rel=0.02)
     assert high == pytest.approx(1 / (1 - overhead * T.OVERHEAD_RECOVERABLE_MAX), rel=0.02)
     assert high >= 3.88  # the scoreboard's applied figure falls inside
+
+
+def test_a_bigger_batch_never_predicts_more_than_its_growth_per_sample() -> None:
+    """Issue 28: a G-times batch pays every per-step cost G times less often per sample, so the fit runs at most G
+    times faster. A trial whose bigger batch read faster than the small one (noise: 2.4x per sample for a 2x batch)
+    once put 2.13x next to "Use a bigger batch (8 -> 16)"; the saving is capped at (1 - 1/G) of the fit's step."""
+    from lightning_bottleneck.rules.candidates import RunAccount
+    from lightning_bottleneck.rules.model_candidates import _measured_bigger_batch
+
+    g = T.BATCH_GROWTH
+    trial = TrialResult(
+        f"batch_size={8 * g}", {"batch_size": 8 * g}, measured_speedup=2.4, spread=0.02, repetitions=5,
+        baseline_ms=8.0, lever_ms=8.0 * g / 2.4, recommended=True,
+    )  # fmt: skip
+    account = RunAccount(step_ms=10.0, total_steps=100, epochs=1.0, stall_ms=0.0, fit_ms_per_step=10.0)
+    cand = _measured_bigger_batch(trial, {"data_wait": 0.0}, 8.0, account, None)
+    assert cand.recommended and cand.speedup is not None
+    assert cand.saved_ms_per_step == pytest.approx((1 - 1 / g) * 10.0)
+    assert cand.speedup == pytest.approx(g)  # uncapped: 10 / (6.67 / 2 + 2 / 2) = 2.31x
+    honest = _measured_bigger_batch(replace(trial, measured_speedup=1.6, lever_ms=8.0 * g / 1.6), {"data_wait": 0.0},
+                                    8.0, account, None)  # fmt: skip
+    assert honest.speedup == pytest.approx(10.0 / ((8.0 * g / 1.6 + 2.0) / g), rel=1e-3)  # below G: untouched

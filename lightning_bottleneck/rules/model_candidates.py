@@ -270,6 +270,10 @@ def _measured_bigger_batch(
     per_step = 0.0
     if r.recommended and lever > 0:
         per_step = max(0.0, step - (lever + fixed + g * wait) / g + outside * (1 - 1 / g))
+        # no cost of the fit falls by more than G-fold per sample: the whole fit's time a step, G times less often,
+        # is the most a G-times batch saves (the median step plus the ledger's per-step parts once read above the
+        # fit's own time a step, and a 2x batch printed 2.13x, more than a step paid once per 2x samples can give)
+        per_step = min(per_step, (1 - 1 / g) * account.whole_ms_per_step)
     basis = (
         f"forward+backward of a {g}x batch measured {r.measured_speedup:.2f}x per sample on this model "
         f"({r.repetitions} A/B pairs); the rest of the step ({fixed:.1f} ms: optimizer, hooks) and the fit's "
