@@ -140,9 +140,11 @@ def _fit(
     ids=["in-process-own-generator", "in-process-global-rng", "one-worker-restarting"],
 )
 def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
-    tmp_path: Path, forced: None, seeded: bool, workers: int
+    tmp_path: Path, forced: None, seeded: bool, workers: int, one_intra_op_thread: None
 ) -> None:
-    # 16 ms a batch in-process (or in one worker); two persistent workers load two batches at once
+    # 16 ms a batch in-process (or in one worker); two persistent workers load two batches at once. One intra-op
+    # thread: with two beside the workers on the 2-core VM a step can wait on a descheduled thread for whole
+    # scheduler slices, and "one-worker-restarting" was once undone in CI (fourteenth session)
     data = Indexed(in_process_s=0.004, in_worker_s=0.004)
 
     def loader() -> DataLoader:
