@@ -8,8 +8,9 @@ each setting's fit times and its speed-up over ``num_workers=0`` (medians):
     python benchmarks/short_fit_workers.py                             # 60 steps, 2 ms a sample, 3 rounds
     python benchmarks/short_fit_workers.py --steps 600 --workers 0,4,16
 
-Fifteenth session (docs/benchmarks.md): at 60 steps 4 persistent workers made the fit 3.13x faster and 16 (the
-count the loader probe finds fastest in steady state) 2.12x: over a short fit the workers' start-up decides.
+Fifteenth session (docs/benchmarks.md): at 60 steps 4 persistent workers made the fit 3.37x faster and 16 (the
+count the loader probe finds fastest in steady state) 2.12x; at 600 steps 16 gave 4.68x and 4 3.87x: over a short
+fit the workers' start-up decides.
 """
 
 from __future__ import annotations

@@ -271,8 +271,9 @@ def _measured_bigger_batch(
     if r.recommended and lever > 0:
         per_step = max(0.0, step - (lever + fixed + g * wait) / g + outside * (1 - 1 / g))
         # no cost of the fit falls by more than G-fold per sample: the whole fit's time a step, G times less often,
-        # is the most a G-times batch saves (the median step plus the ledger's per-step parts once read above the
-        # fit's own time a step, and a 2x batch printed 2.13x, more than a step paid once per 2x samples can give)
+        # is the most a G-times batch saves. With the trial at most G per sample the formula stays under
+        # (1 - 1/G) x (step + outside), which exceeds that only when the median step plus the ledger's per-step
+        # parts read above the fit's own time a step: a 2x batch whose trial read 1.99x printed 2.13x
         per_step = min(per_step, (1 - 1 / g) * account.whole_ms_per_step)
     basis = (
         f"forward+backward of a {g}x batch measured {r.measured_speedup:.2f}x per sample on this model "
