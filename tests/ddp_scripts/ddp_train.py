@@ -57,6 +57,13 @@ class FrozenInPractice(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=1e-3)
 
 
+def _line(text: str) -> None:
+    """One line on stdout in one write(2) of under PIPE_BUF bytes: the ranks' lines never interleave on the shared
+    pipe (``print`` can hand the text and its newline over separately: "RANK 1 REPORT overheadRANK 0 REPORT input")."""
+    sys.stdout.flush()
+    os.write(1, f"{text}\n".encode())
+
+
 def main(out_dir: str, mode: str) -> None:
     torch.manual_seed(0)
     if mode == "comm":
@@ -116,11 +123,9 @@ def main(out_dir: str, mode: str) -> None:
 
         record = callback.report.autotune.to_dict() if callback.report and callback.report.autotune else {}
         record["workers_now"] = trainer.train_dataloader.num_workers
-        # one write(2) of under PIPE_BUF bytes: the two ranks' lines never interleave on the shared pipe
-        sys.stdout.flush()
-        os.write(1, f"RANK {trainer.global_rank} AUTOTUNE {json.dumps(record)}\n".encode())
+        _line(f"RANK {trainer.global_rank} AUTOTUNE {json.dumps(record)}")
     report = callback.report
-    print(f"RANK {trainer.global_rank} REPORT {report.primary.value if report else None}", flush=True)
+    _line(f"RANK {trainer.global_rank} REPORT {report.primary.value if report else None}")
     if mode == "midrun":
         measured = callback._run.measured
         midrun = callback.midrun_report
@@ -130,7 +135,7 @@ def main(out_dir: str, mode: str) -> None:
             else None
         )
         probed = measured is not None and measured.loader_ladder is not None
-        print(f"RANK {trainer.global_rank} MIDRUN {step!r} PROBED {probed}", flush=True)
+        _line(f"RANK {trainer.global_rank} MIDRUN {step!r} PROBED {probed}")
 
 
 if __name__ == "__main__":
