@@ -178,31 +178,39 @@ def test_the_probe_times_the_training_step_back_to_back_on_one_batch() -> None:
     trial runs on an input-bound run to tell. Given the model's step, the probe times it back-to-back on one of its
     own batches (``LoaderLadder.step_ms``), also for loading that waits; then (issue 28) the current count and the
     count the ladder found fastest feed that step: the advised count's rate with the step is measured."""
-    model = _Tiny()
-    batches: list[int] = []
     loader = DataLoader(Sleepy(256, delay_s=0.003), batch_size=8)
-    with restored_trial_step(model) as step:
-
-        def counted(batch: Any) -> None:
-            batches.append(id(batch))
-            step(batch)
-
-        # 10 s: on a VM state running 2-3.5x slower (fourteenth session) 3 s left 0.8 s where 1.5 s was needed, and 5 s
-        # ran out once in a full-suite run; the probe stops when its ladder is done (3.1 s alone on that VM state)
-        ladder = probe_loader(loader, budget_s=10.0, usable_cpus=2, train_step=counted)
-    assert ladder.bound == BOUND_WAIT, ladder
-    assert ladder.step_ms is not None and 0 < ladder.step_ms < 8 * 3.0, ladder  # below one batch's sleeps
-    alone = batches[: 1 + STEP_ALONE_STEPS]
-    assert len(set(alone)) == 1  # a warm-up, then the timed steps, on one batch
-    # with the step: the current count, the ladder's fastest (no target: nothing to cover), the current again
-    fastest = max((r for r in ladder.rungs if r.num_workers), key=lambda r: r.samples_per_s).num_workers
-    assert [r.num_workers for r in ladder.in_training][:3] == [0, fastest, 0], ladder
-    now, new = ladder.in_training_rung(0), ladder.in_training_rung(fastest)
     # waiting loads scale with the workers, beside the step too (the climb aims at the step timed back-to-back, so
-    # it goes to 16 workers: 7.6-10.3x on 2 cores, the 16 processes and the step sharing them; a quarter of that
-    # scaling at least, 4x, which one worker's rate cannot fake)
-    assert now is not None and new is not None, ladder
-    assert new.samples_per_s >= 0.25 * fastest * now.samples_per_s, ladder
+    # it goes to 16 workers: 6.4-8.2x on 2 cores, the 16 processes and the step sharing them, with another core busy
+    # too; a quarter of that scaling at least, 4x, which one worker's rate cannot fake). The probe runs once more
+    # when its scaling falls short: once in CI the VM stalled while 16 workers started (1.12 s, 0.3 s here) and timed
+    # 1.58x (17 ms a batch); a probe that never scales fails both.
+    tries: list[LoaderLadder] = []
+    for _ in range(2):
+        model = _Tiny()
+        batches: list[int] = []
+        with restored_trial_step(model) as step:
+
+            def counted(batch: Any, batches: list[int] = batches, step: Any = step) -> None:
+                batches.append(id(batch))
+                step(batch)
+
+            # 10 s: on a VM state running 2-3.5x slower (fourteenth session) 3 s left 0.8 s where 1.5 s was needed,
+            # and 5 s ran out once in a full-suite run; the probe stops when its ladder is done (3.1 s alone here)
+            ladder = probe_loader(loader, budget_s=10.0, usable_cpus=2, train_step=counted)
+        tries.append(ladder)
+        assert ladder.bound == BOUND_WAIT, ladder
+        assert ladder.step_ms is not None and 0 < ladder.step_ms < 8 * 3.0, ladder  # below one batch's sleeps
+        alone = batches[: 1 + STEP_ALONE_STEPS]
+        assert len(set(alone)) == 1  # a warm-up, then the timed steps, on one batch
+        # with the step: the current count, the ladder's fastest (no target: nothing to cover), the current again
+        fastest = max((r for r in ladder.rungs if r.num_workers), key=lambda r: r.samples_per_s).num_workers
+        assert [r.num_workers for r in ladder.in_training][:3] == [0, fastest, 0], ladder
+        now, new = ladder.in_training_rung(0), ladder.in_training_rung(fastest)
+        assert now is not None and new is not None, ladder
+        if new.samples_per_s >= 0.25 * fastest * now.samples_per_s:
+            break
+    else:
+        raise AssertionError(f"{fastest} workers fed the step below 4x one's rate twice: {tries}")
     assert len(batches) > len(alone)  # the timed rungs fed the step their own batches
     assert "back-to-back" in str(ladder)
     assert LoaderLadder.from_dict(ladder.to_dict()).step_ms == pytest.approx(ladder.step_ms, abs=1e-3)

@@ -266,7 +266,7 @@ def test_channels_last_is_tried_on_conv_nets_with_image_batches() -> None:
 
     model = ConvNet()
     report = run_trials(
-        model, torch.randn(4, 3, 16, 16), budget_s=1.0, compile_budget_s=0, levers=["channels_last"]
+        model, torch.randn(4, 3, 16, 16), budget_s=2.0, compile_budget_s=0, levers=["channels_last"]
     )
     (result,) = report.results
     assert result.name == "channels_last" and result.settings == {"channels_last": True}
