@@ -114,6 +114,9 @@ def test_a_bigger_batch_is_timed_on_the_batch_repeated_and_printed_as_measured(t
     assert report is not None and report.primary == Category.OVERHEAD
     trial = next(r for r in report.metrics["trials"]["results"] if r["name"] == "batch_size=16")
     assert trial["settings"] == {"batch_size": 16}  # the scenario's batch_size=8, doubled
+    # its loader has no workers: the doubled batch's fetch was timed beside the batch's, in this process
+    assert trial["fetch_ms"] is not None and trial["lever_fetch_ms"] is not None, trial
+    assert 0 < trial["fetch_ms"] < trial["lever_fetch_ms"], trial
     rec = next(r for r in report.recommendations if "batch_size" in r.settings)
     if trial["unconfirmed"] or not trial["recommended"]:  # timed while the machine was busy, or no faster
         assert rec.prediction_kind == PredictionKind.BOUND, rec
@@ -130,6 +133,7 @@ def test_a_bigger_batch_is_timed_on_the_batch_repeated_and_printed_as_measured(t
     )
     assert f"{rec.expected_speedup:.2f}x (measured)" in rec.speedup_text
     assert "per sample on this model" in rec.basis
+    assert f"its fetch timed: {trial['fetch_ms']:.2f} -> {trial['lever_fetch_ms']:.2f} ms" in rec.basis
 
 
 def test_the_batch_repeated_keeps_its_structure() -> None:

@@ -556,3 +556,28 @@ def test_a_bigger_batch_never_predicts_more_than_its_growth_per_sample() -> None
     honest = _measured_bigger_batch(replace(trial, measured_speedup=1.6, lever_ms=8.0 * g / 1.6), {"data_wait": 0.0},
                                     8.0, account, None)  # fmt: skip
     assert honest.speedup == pytest.approx(10.0 / ((8.0 * g / 1.6 + 2.0) / g), rel=1e-3)  # below G: untouched
+
+
+def test_a_bigger_batch_whose_fetch_was_timed_grows_its_wait_by_what_was_measured() -> None:
+    """Issue 28: the G-times batch's data wait was charged G times the window's wait; in-memory loading pays a fixed
+    cost a fetch (tiny_linear: 0.15 ms for 8 samples, 0.21 ms for 16), so the point read low (1.78x, applied 2.04x).
+    With the fetch timed the wait grows by what was measured, and never by more than G-fold."""
+    from lightning_bottleneck.rules.candidates import RunAccount
+    from lightning_bottleneck.rules.model_candidates import _measured_bigger_batch
+
+    g = T.BATCH_GROWTH
+    trial = TrialResult(
+        f"batch_size={8 * g}", {"batch_size": 8 * g}, measured_speedup=1.0 * g, spread=0.02, repetitions=5,
+        baseline_ms=4.0, lever_ms=4.0, recommended=True,
+    )  # fmt: skip
+    account = RunAccount(step_ms=10.0, total_steps=100, epochs=1.0, stall_ms=0.0, fit_ms_per_step=10.0)
+    wait = {"data_wait": 0.2}  # 2 ms of the 10 ms step; the other 4 ms: optimizer, hooks
+    assumed = _measured_bigger_batch(trial, wait, 4.0, account, None)
+    assert assumed.saved_ms_per_step == pytest.approx(10.0 - (4.0 + 4.0 + g * 2.0) / g)
+    timed = _measured_bigger_batch(replace(trial, fetch_ms=1.5, lever_fetch_ms=2.0), wait, 4.0, account, None)
+    assert timed.saved_ms_per_step == pytest.approx(10.0 - (4.0 + 4.0 + 2.0 + 0.5) / g)
+    assert timed.speedup is not None and assumed.speedup is not None and timed.speedup > assumed.speedup
+    assert "its fetch timed: 1.50 -> 2.00 ms" in timed.basis
+    # a fetch that read more than G-fold longer (a disturbed timing) never charges more than G times the wait
+    slow = _measured_bigger_batch(replace(trial, fetch_ms=1.0, lever_fetch_ms=9.0), wait, 4.0, account, None)
+    assert slow.saved_ms_per_step == pytest.approx(assumed.saved_ms_per_step)

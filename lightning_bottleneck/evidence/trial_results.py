@@ -35,6 +35,10 @@ class TrialResult:
     note: str = ""
     #: measured while other processes took the CPUs: kept as evidence, used neither as a win nor as a veto
     unconfirmed: bool = False
+    #: a bigger batch on a loader without workers: the batch's and the bigger batch's fetch in the training process
+    #: (ms, medians over alternating pairs; ``measure.loader_probe.time_fetch_growth``); None: not timed
+    fetch_ms: float | None = None
+    lever_fetch_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

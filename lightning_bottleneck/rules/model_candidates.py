@@ -251,9 +251,10 @@ def _measured_bigger_batch(
     ledger: FitLedger | None,
 ) -> Candidate:
     """A bigger batch, its forward+backward timed on the batch repeated (issue 28: a point from this model, not
-    a bound): per ``b`` samples the step becomes ``(lever_ms + fixed + G x wait) / G``, where ``fixed`` is what
+    a bound): per ``b`` samples the step becomes ``(lever_ms + fixed + grown wait) / G``, where ``fixed`` is what
     the step holds besides the data wait and the model's forward+backward (the optimizer step, the loop's hooks:
-    paid once per step) and the data wait grows with the batch. The fit's per-step parts outside the step (the
+    paid once per step) and the data wait grows with the batch: by the fetch's measured growth on a loader without
+    workers (``TrialResult.lever_fetch_ms``), else G-fold. The fit's per-step parts outside the step (the
     ledger's logging, other callbacks' hooks, the loop's unaccounted code) are paid once per step too: G times
     fewer steps pay them G times less often (tiny_linear: 1.65x from the step alone, 1.97x applied). Sizes the
     advice only (``competes=False``): a trade-off, which never outranks a fix nor moves the verdict."""
@@ -267,19 +268,29 @@ def _measured_bigger_batch(
     if ledger is not None and ledger.train_steps > 0:
         per_step_parts = (FitPart.LOGGING, FitPart.CALLBACKS, FitPart.UNACCOUNTED)
         outside = sum(ledger.parts.get(p, 0.0) for p in per_step_parts) * 1e3 / ledger.train_steps
+    # the data wait of a G-times batch: its fetch timed beside the batch's (a loader without workers) adds what it
+    # measured longer; else G times the wait (tiny_linear's in-memory batch of 16 fetched in 0.21 ms for 8's 0.15)
+    grown_wait = g * wait
+    if r.fetch_ms is not None and r.lever_fetch_ms is not None:
+        grown_wait = min(grown_wait, wait + max(0.0, r.lever_fetch_ms - r.fetch_ms))
     per_step = 0.0
     if r.recommended and lever > 0:
-        per_step = max(0.0, step - (lever + fixed + g * wait) / g + outside * (1 - 1 / g))
+        per_step = max(0.0, step - (lever + fixed + grown_wait) / g + outside * (1 - 1 / g))
         # no cost of the fit falls by more than G-fold per sample: the whole fit's time a step, G times less often,
         # is the most a G-times batch saves. With the trial at most G per sample the formula stays under
         # (1 - 1/G) x (step + outside), which exceeds that only when the median step plus the ledger's per-step
         # parts read above the fit's own time a step: a 2x batch whose trial read 1.99x printed 2.13x
         per_step = min(per_step, (1 - 1 / g) * account.whole_ms_per_step)
+    grown = (
+        f" to {grown_wait:.1f} ms (its fetch timed: {r.fetch_ms:.2f} -> {r.lever_fetch_ms:.2f} ms)"
+        if r.fetch_ms is not None and r.lever_fetch_ms is not None
+        else ""
+    )
     basis = (
         f"forward+backward of a {g}x batch measured {r.measured_speedup:.2f}x per sample on this model "
         f"({r.repetitions} A/B pairs); the rest of the step ({fixed:.1f} ms: optimizer, hooks) and the fit's "
         f"{outside:.1f} ms a step outside it (logging, callbacks, the loop) are paid once per step, the data wait "
-        f"({wait:.1f} ms) grows with the batch (the learning rate may need retuning)"
+        f"({wait:.1f} ms) grows with the batch{grown} (the learning rate may need retuning)"
         if r.recommended
         else (r.note or "not faster than the noise band")
     )
