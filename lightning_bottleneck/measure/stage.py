@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
@@ -43,6 +43,7 @@ from lightning_bottleneck.evidence.contention import Contention, CpuSnapshot
 from lightning_bottleneck.evidence.fit_probes import KNOB_NAMES, FitProbes
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
 from lightning_bottleneck.evidence.trial_results import TrialReport
+from lightning_bottleneck.measure.batch_fetch import bigger_fetch_budget, time_bigger_fetch
 from lightning_bottleneck.measure.contention import assess
 from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module
 
@@ -58,12 +59,6 @@ __all__ = [
 #: Trials run when compute and overhead together take at least this share of the step: the overhead
 #: medium threshold (thresholds.py), the smallest share whose fix the rules would advise.
 TRIALS_SHARE_MIN = thresholds.OVERHEAD_SHARE_MEDIUM
-
-#: A bigger batch's fetch, timed beside the batch's when the train loader has no workers (issue 28): at most this
-#: share of the trial budget, and at most FETCH_BUDGET_S (15 pairs of a TensorDataset's 0.15/0.21 ms fetches take
-#: ~6 ms; a loader that sleeps 1 ms a sample, 10/20 ms a batch of 8/16, fits 3 pairs and the warm-up in 0.12 s, about 9 in 0.3 s).
-FETCH_BUDGET_SHARE = 0.06
-FETCH_BUDGET_S = 0.3
 
 #: Automatic budgets (an option left at ``None``): the most each part may take ...
 AUTO_LOADER_BUDGET_S = 3.0  # a few rungs of a ladder, each a couple of rounds of batches (loader_probe.py)
@@ -464,7 +459,7 @@ def _trials(
 
     module = getattr(trainer, "lightning_module", None) or pl_module
     budget = options.trial_budget_s or 0.0
-    fetch_budget = min(FETCH_BUDGET_S, FETCH_BUDGET_SHARE * budget) if bigger_batch else 0.0
+    fetch_budget = bigger_fetch_budget(budget) if bigger_batch else 0.0
     try:
         report = run_trials(
             module,
@@ -479,28 +474,6 @@ def _trials(
         notes.append(f"trials failed: {type(err).__name__}: {err}")
         return None
     if fetch_budget > 0:
-        _time_bigger_fetch(trainer, report, fetch_budget, notes)
+        loader = _single_loader(getattr(trainer, "train_dataloader", None))
+        time_bigger_fetch(loader, report, fetch_budget, notes)
     return report
-
-
-def _time_bigger_fetch(trainer: Any, report: TrialReport, budget_s: float, notes: list[str]) -> None:
-    """A measured bigger batch on a train loader without workers gets its fetch timed beside the batch's
-    (``TrialResult.fetch_ms``, ``lever_fetch_ms``): its data wait then grows by what was measured, not G-fold."""
-    from torch.utils.data import DataLoader
-
-    from lightning_bottleneck.measure.loader_probe import time_fetch_growth
-
-    loader = _single_loader(getattr(trainer, "train_dataloader", None))
-    if not isinstance(loader, DataLoader) or loader.num_workers != 0:
-        return
-    for i, r in enumerate(report.results):
-        if "batch_size" not in r.settings or r.measured_speedup is None:
-            continue
-        try:
-            fetched = time_fetch_growth(loader, thresholds.BATCH_GROWTH, budget_s)
-        except Exception as err:
-            notes.append(f"timing the bigger batch's fetch failed: {type(err).__name__}: {err}")
-            return
-        if fetched is not None:
-            report.results[i] = replace(r, fetch_ms=round(fetched[0], 4), lever_fetch_ms=round(fetched[1], 4))
-        return
