@@ -215,10 +215,11 @@ def time_fetch_growth(
 ) -> tuple[float, float] | None:
     """(ms to fetch a batch of ``loader``, ms to fetch one ``growth`` times bigger), both loaded in this process
     (``num_workers=0``, the training loader's dataset, collate_fn and order), the median of each over alternating
-    pairs timed for about ``budget_s``; None where the loader cannot be copied, fewer than FETCH_MIN_PAIRS pairs fit,
-    or the loading failed. What a bigger batch's data wait becomes when the loading runs in the training process:
-    on an in-memory TensorDataset (800 x 8) a batch of 16 took 0.21 ms for 8's 0.15 ms, not twice as long (the fixed cost
-    of a fetch: the sampler, the collate call). The training loader, its sampler and the RNGs are left as they were."""
+    pairs timed for about ``budget_s``; None where the loader cannot be copied, fewer than FETCH_MIN_PAIRS pairs
+    fit, or the loading failed. What a bigger batch's data wait becomes when the loading runs in the training
+    process: on an in-memory TensorDataset (800 x 8) a batch of 16 took 0.21 ms for 8's 0.15 ms, not twice as
+    long (the fixed cost of a fetch: the sampler, the collate call). The training loader, its sampler and the RNGs
+    are left as they were."""
     ladder = LoaderLadder(budget_s=budget_s, usable_cpus=1)
     plan = plan_probe(loader, ladder, seed)
     if plan is None or growth < 2 or budget_s <= 0:

@@ -60,6 +60,7 @@ __all__ = [
 #: medium threshold (thresholds.py), the smallest share whose fix the rules would advise.
 TRIALS_SHARE_MIN = thresholds.OVERHEAD_SHARE_MEDIUM
 
+
 #: Automatic budgets (an option left at ``None``): the most each part may take ...
 AUTO_LOADER_BUDGET_S = 3.0  # a few rungs of a ladder, each a couple of rounds of batches (loader_probe.py)
 AUTO_TRIAL_BUDGET_S = 5.0  # a few A/B pairs per lever (trials.py: DEFAULT_BUDGET_S)
