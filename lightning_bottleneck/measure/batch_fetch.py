@@ -38,14 +38,15 @@ def time_bigger_fetch(loader: Any, report: TrialReport, budget_s: float, notes: 
 
     if not isinstance(loader, DataLoader) or loader.num_workers != 0 or budget_s <= 0:
         return
-    for i, r in enumerate(report.results):
-        if "batch_size" not in r.settings or r.measured_speedup is None:
-            continue
-        try:
-            fetched = time_fetch_growth(loader, thresholds.BATCH_GROWTH, budget_s)
-        except Exception as err:  # never breaks training: the rule keeps its assumption
-            notes.append(f"timing the bigger batch's fetch failed: {type(err).__name__}: {err}")
-            return
-        if fetched is not None:
-            report.results[i] = replace(r, fetch_ms=round(fetched[0], 4), lever_fetch_ms=round(fetched[1], 4))
+    i = next((i for i, r in enumerate(report.results)
+              if "batch_size" in r.settings and r.measured_speedup is not None), None)  # fmt: skip
+    if i is None:
         return
+    try:
+        fetched = time_fetch_growth(loader, thresholds.BATCH_GROWTH, budget_s)
+    except Exception as err:  # never breaks training: the rule keeps its assumption
+        notes.append(f"timing the bigger batch's fetch failed: {type(err).__name__}: {err}")
+        return
+    if fetched is not None:
+        r = report.results[i]
+        report.results[i] = replace(r, fetch_ms=round(fetched[0], 4), lever_fetch_ms=round(fetched[1], 4))

@@ -270,9 +270,10 @@ def _measured_bigger_batch(
         outside = sum(ledger.parts.get(p, 0.0) for p in per_step_parts) * 1e3 / ledger.train_steps
     # the data wait of a G-times batch: its fetch timed beside the batch's (a loader without workers) adds what it
     # measured longer; else G times the wait (tiny_linear's in-memory batch of 16 fetched in 0.21 ms for 8's 0.15)
-    grown_wait = g * wait
+    grown_wait, grown = g * wait, ""
     if r.fetch_ms is not None and r.lever_fetch_ms is not None:
         grown_wait = min(grown_wait, wait + max(0.0, r.lever_fetch_ms - r.fetch_ms))
+        grown = f" to {grown_wait:.1f} ms (its fetch timed: {r.fetch_ms:.2f} -> {r.lever_fetch_ms:.2f} ms)"
     per_step = 0.0
     if r.recommended and lever > 0:
         per_step = max(0.0, step - (lever + fixed + grown_wait) / g + outside * (1 - 1 / g))
@@ -281,11 +282,6 @@ def _measured_bigger_batch(
         # (1 - 1/G) x (step + outside), which exceeds that only when the median step plus the ledger's per-step
         # parts read above the fit's own time a step: a 2x batch whose trial read 1.99x printed 2.13x
         per_step = min(per_step, (1 - 1 / g) * account.whole_ms_per_step)
-    grown = (
-        f" to {grown_wait:.1f} ms (its fetch timed: {r.fetch_ms:.2f} -> {r.lever_fetch_ms:.2f} ms)"
-        if r.fetch_ms is not None and r.lever_fetch_ms is not None
-        else ""
-    )
     basis = (
         f"forward+backward of a {g}x batch measured {r.measured_speedup:.2f}x per sample on this model "
         f"({r.repetitions} A/B pairs); the rest of the step ({fixed:.1f} ms: optimizer, hooks) and the fit's "
