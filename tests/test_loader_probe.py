@@ -22,8 +22,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 from lightning_bottleneck.advice.loader_plan import loader_recommendations
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
+from lightning_bottleneck.measure.loader_factory import plan_probe
 from lightning_bottleneck.measure.loader_probe import consumption_target, probe_loader
-from lightning_bottleneck.measure.loader_with_step import STEP_ALONE_STEPS
+from lightning_bottleneck.measure.loader_rung import MIN_MEASURE_S
+from lightning_bottleneck.measure.loader_with_step import STEP_ALONE_STEPS, time_in_training
 from lightning_bottleneck.measure.trials import restored_trial_step
 from lightning_bottleneck.report import Recommendation
 from lightning_bottleneck.rules.loader_pace import COVER_MARGIN, consumption_rate
@@ -693,3 +695,24 @@ def test_a_bigger_batch_fetch_is_timed_beside_the_batch_in_this_process() -> Non
     assert (
         time_fetch_growth(DataLoader(Sleepy(64, delay_s=0.05), batch_size=8), 2, budget_s=0.2) is None
     )  # < 3 pairs
+
+
+def test_the_waiting_loads_worker_count_runs_past_its_share_to_its_two_rounds() -> None:
+    """Issue 28 (io_wait on a slow VM state: 16 workers took 0.45 s to start, their timing with the step closed
+    at its share after 18 of the 32 batches two rounds need, "too briefly to count", and the advice fell back to a
+    bound): the count a waiting load is advised runs on until its rounds are in, keeping only what the current
+    count's second timing needs. Here the workers' start-up alone outlasts the share the rung would get."""
+    loader = DataLoader(Sleepy(4096, delay_s=0.004), batch_size=4, worker_init_fn=_SlowStartup(1.5))
+    ladder = LoaderLadder(budget_s=3.0, usable_cpus=2)
+    plan = plan_probe(loader, ladder, seed=0)
+    assert plan is not None
+    # the loader-alone ladder's rung for the count: its start-up (the reserve counts it only for the rungs left)
+    ladder.rungs = [_rung(0, 250.0, 0.01), _rung(16, 3000.0, 1.6)]
+    ladder.bound = BOUND_WAIT
+    share = (3.0 - MIN_MEASURE_S) * 9 / 19  # the rung's weighted share of what num_workers=0's timing leaves
+    assert share < 1.5  # the unpatched rung closed before its workers were up
+    deadline = time.perf_counter() + 3.0
+    time_in_training(plan, ladder, 2, 0, lambda batch: None, 1 << 34, deadline, 0, candidates=[16])
+    sixteen = ladder.in_training_rung(16)
+    assert sixteen is not None and not sixteen.rough, ladder
+    assert [r.num_workers for r in ladder.in_training] == [0, 16, 0], ladder

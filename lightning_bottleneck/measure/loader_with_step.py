@@ -127,11 +127,18 @@ def time_in_training(
         i += 1
         if w and not affordable(w, 2, batch_bytes, memory_budget, ladder):
             continue
+        rung_end = time.perf_counter() + share
+        if given and w != current:
+            # the waiting load's count may run on to its two rounds while the rest keeps what it needs (its
+            # start-up and the minimal window): on a slow machine io_wait's 16 workers took 0.45 s to start and
+            # their share closed after 18 of 32 batches, too briefly to count, and the figure became a bound
+            reserve = sum(MIN_MEASURE_S + _startup_s(ladder, x) for x in order[i:])
+            rung_end = max(rung_end, deadline - reserve)
         rung = time_rung(
             plan,
             w,
             2 if w else None,
-            time.perf_counter() + share,
+            rung_end,
             # given candidates (waiting loads), a rung gets its whole share: many waiting workers take most of a
             # capped one to start (io_wait's 16 timed 0.06 s after 0.35 s of start-up, too briefly to count)
             budget if not given else float("inf"),
@@ -151,6 +158,12 @@ def time_in_training(
                 order.append(again)
     if ladder.in_training_rung(current) is None:
         ladder.in_training.clear()
+
+
+def _startup_s(ladder: LoaderLadder, workers: int) -> float:
+    """The loader-alone ladder's start-up seconds for ``workers`` (0 when it has no such rung)."""
+    rung = ladder.rung(workers) if workers else None
+    return rung.startup_s if rung is not None else 0.0
 
 
 def wait_bound_candidate(
