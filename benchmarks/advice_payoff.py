@@ -60,13 +60,19 @@ KINDS = ("measured", "measured_range", "bound")
 
 
 def judge(
-    kind: str | None, point: float | None, span: tuple[float, float] | None, applied: float
+    kind: str | None,
+    point: float | None,
+    span: tuple[float, float] | None,
+    applied: float,
+    ceiling: float | None = None,
 ) -> bool | None:
-    """Whether the figure printed next to the advice held, by its kind, with no slack; None: nothing to judge."""
+    """Whether the figure printed next to the advice held, by its kind, with no slack; None: nothing to judge. A
+    point printed with a ceiling beside it ("1.86x (measured, up to 3.29x)") holds when both do."""
     if kind is None or applied is None or math.isnan(applied) or applied <= 0:
         return None
     if kind == "measured":
-        return point is not None and abs(math.log(point / applied)) <= PREDICTION_LOG_ERROR
+        under = ceiling is None or applied <= ceiling
+        return point is not None and abs(math.log(point / applied)) <= PREDICTION_LOG_ERROR and under
     if span is None:
         return False
     lo, hi = span
@@ -102,6 +108,7 @@ class Outcome:
     predicted: float | None = None  # the first advice's expected_speedup
     predicted_range: tuple[float, float] | None = None  # its expected_speedup_range, when it gave one
     kind: str | None = None  # its prediction_kind: measured, measured_range or bound
+    ceiling: float | None = None  # its speedup_ceiling: "up to X" printed beside a point
     rates: dict[str, list[float]] = field(default_factory=dict)  # label -> samples/s per round
 
     def median(self, label: str) -> float:
@@ -159,7 +166,7 @@ class Outcome:
         """The figure held, judged by its kind (:func:`judge`); None when not applied or there is no figure."""
         if not self.applied:
             return None
-        return judge(self.kind, self.predicted, self.predicted_range, self.applied_speedup)
+        return judge(self.kind, self.predicted, self.predicted_range, self.applied_speedup, self.ceiling)
 
     def predicted_text(self) -> str:
         if self.kind == "bound" and self.predicted_range is not None:
@@ -168,6 +175,8 @@ class Outcome:
             return "-"
         if self.kind == "measured_range" and self.predicted_range is not None:
             return f"{self.predicted:.2f}x ({self.predicted_range[0]:.2f}-{self.predicted_range[1]:.2f})"
+        if self.ceiling is not None:
+            return f"{self.predicted:.2f}x (up to {self.ceiling:.2f})"
         return f"{self.predicted:.2f}x"
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,6 +198,7 @@ class Outcome:
             "prediction_error": self.prediction_error,
             "prediction_ok": self.prediction_ok,
             "prediction_kind": self.kind,
+            "speedup_ceiling": self.ceiling,
             "width": self.width,
         }
 
@@ -258,6 +268,8 @@ def evaluate(
         if isinstance(span, list) and len(span) == 2:
             o.predicted_range = (float(span[0]), float(span[1]))
         o.kind = kind_of(recs[0])
+        top = recs[0].get("speedup_ceiling")
+        o.ceiling = float(top) if isinstance(top, (int, float)) else None
     configs: dict[str, dict[str, Any]] = {"baseline": {}}
     if o.settings:
         configs["advice"] = o.settings

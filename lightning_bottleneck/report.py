@@ -130,6 +130,9 @@ class Recommendation:
     # what the printed figure is (advice/ranked.py): a measured point, a measured range (hi/lo <= 1.44) or a bound
     # ("up to" the range's high end); None: no figure (or a report written before the kinds)
     prediction_kind: PredictionKind | None = None
+    # a bound on what the point may leave out (a saving bounded from this run's timings, not measured): the point
+    # stays the prediction, "up to X" said beside it; None when the point stands alone
+    speedup_ceiling: float | None = None
     # the stable id of the rule's lever this advice words (``loader:<advice>``, ``fit:<where>:<setting>``): how the
     # ranking's candidate is joined to it inside the pipeline; not written to the JSON (None once read back)
     lever: str | None = field(default=None, compare=False)
@@ -154,6 +157,7 @@ class Recommendation:
             "uncertainty": self.uncertainty,
             "where": self.where,
             "prediction_kind": None if self.prediction_kind is None else self.prediction_kind.value,
+            "speedup_ceiling": _r(self.speedup_ceiling, 3),
         }
 
     @classmethod
@@ -175,6 +179,7 @@ class Recommendation:
             str(d.get("uncertainty") or ""),
             d.get("where"),
             PredictionKind(d["prediction_kind"]) if d.get("prediction_kind") else None,
+            _f(d.get("speedup_ceiling")),
         )
 
     @property
@@ -199,13 +204,19 @@ class Recommendation:
         if kind == PredictionKind.MEASURED_RANGE and self.expected_speedup_range is not None:
             lo, hi = self.expected_speedup_range
             return f"{point:.2f}x (measured, {lo:.2f}-{hi:.2f}x)"
+        if self.speedup_ceiling is not None and self.speedup_ceiling > point:
+            return f"{point:.2f}x (measured, up to {self.speedup_ceiling:.2f}x)"
         return f"{point:.2f}x (measured)"
 
     @property
     def speedup_reason(self) -> str:
         """How the figure was obtained and, for a range or a bound, why it is one (the HTML, ``verbose=True``)."""
         parts = []
-        ranged = self.prediction_kind == PredictionKind.BOUND or self.expected_speedup_range is not None
+        ranged = (
+            self.prediction_kind == PredictionKind.BOUND
+            or self.expected_speedup_range is not None
+            or self.speedup_ceiling is not None
+        )
         if ranged and self.uncertainty:
             parts.append(self.uncertainty)
         if self.basis and self.basis not in parts:

@@ -23,6 +23,13 @@ def test_a_point_holds_within_twenty_percent_and_not_beyond() -> None:
     assert judge("measured", 2.17, None, 2.71) is False  # logging_heavy, one round on dcd13b8: 0.22 in log
 
 
+def test_a_point_with_a_ceiling_beside_it_holds_when_both_do() -> None:
+    """heavy_callback (issue 28): "1.86x (measured, up to 3.29x)": judged as a point, and the ceiling as a bound."""
+    assert judge("measured", 1.86, None, 1.91, 3.29) is True
+    assert judge("measured", 1.86, None, 2.40, 3.29) is False  # the point missed (0.25 in log)
+    assert judge("measured", 1.86, None, 2.0, 1.95) is False  # the point held, the ceiling did not
+
+
 @pytest.mark.parametrize(
     ("span", "applied"),
     [
