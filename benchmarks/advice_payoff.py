@@ -91,6 +91,13 @@ def kind_of(rec: dict[str, Any]) -> str | None:
     return "measured" if isinstance(rec.get("expected_speedup"), (int, float)) else None
 
 
+# A sweep candidate (never the baseline or the advice) whose process runs this many times the baseline's, and past
+# SWEEP_CUT_MIN_S, is stopped and not run in later rounds: it cannot be the best single change. wide_mlp's
+# `precision=bf16-mixed` fit on a CPU without native bf16 ran past the 600 s child limit in every round (sixteenth
+# session), 30 minutes of a run for a figure the sweep already had after the first.
+SWEEP_CUT_FACTOR = 10.0
+SWEEP_CUT_MIN_S = 120.0
+
 # Whole-fit workloads (the rest of the fit) are 1-2 s fits whose wall time varies 10-20% between consecutive
 # runs on the project's 2-core VM (docs/benchmarks.md): their median takes at least this many rounds.
 WHOLE_FIT_MIN_REPEATS = 5
@@ -279,14 +286,26 @@ def evaluate(
     if WORKLOADS[name].over_fit:
         # 1-4 s fits vary 10-20% between consecutive runs on a small VM: more rounds (each is cheap)
         repeats = max(repeats, WHOLE_FIT_MIN_REPEATS)
+    cut: float | None = None  # a sweep candidate's limit, from the first baseline's wall time
+    cut_off: set[str] = set()  # sweep candidates that ran past it: not run again
     for r in range(repeats):
         for label, settings in configs.items():
+            sweep = label not in ("baseline", "advice")
+            if label in cut_off:
+                o.rates.setdefault(label, []).append(float("nan"))
+                continue
+            limit = min(timeout, cut) if sweep and cut is not None else timeout
+            t_child = time.perf_counter()
             try:
-                res = _child(name, "measure", settings, tmp / name / f"r{r}", timeout)
+                res = _child(name, "measure", settings, tmp / name / f"r{r}", limit)
             except (RuntimeError, subprocess.TimeoutExpired) as err:
                 log(f"  {label}: failed ({err})")
                 o.rates.setdefault(label, []).append(float("nan"))
+                if sweep and isinstance(err, subprocess.TimeoutExpired):
+                    cut_off.add(label)
                 continue
+            if label == "baseline" and cut is None:
+                cut = max(SWEEP_CUT_MIN_S, SWEEP_CUT_FACTOR * (time.perf_counter() - t_child))
             o.rates.setdefault(label, []).append(float(res["samples_per_s"]))
             if label == "advice" and res.get("unapplied"):
                 o.note = "not applied: " + ", ".join(res["unapplied"])

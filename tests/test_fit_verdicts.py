@@ -192,16 +192,15 @@ def test_the_checkpoint_callbacks_time_outside_the_saves_raises_the_fewer_saves_
     assert low == pytest.approx(_whole_fit_speedup(ledger, 6.0 - 4 * 0.5), rel=1e-3)
     assert high == pytest.approx(_whole_fit_speedup(ledger, 6.0 - 4 * 0.1 + 2.0 * 36 / 39), rel=1e-3)
     assert "outside the saves" in (rec.uncertainty or "")
-    # saves that do not vary: the point, and a high end with the hooks' share; more than x1.44 above the point,
-    # it is said beside the point as a ceiling (the point stays the prediction), no range
+    # saves that do not vary: the point, and a high end with the hooks' share (a range: the removals are timed
+    # seconds that may go, not an after-effect; no ceiling)
     ledger.save_min_s, ledger.save_max_s = 0.149, 0.151
     rec = diagnose(_evidence(ledger)).recommendations[0]
     assert rec.expected_speedup == pytest.approx(_whole_fit_speedup(ledger, 36 * 0.15), rel=1e-3)
-    ceiling = _whole_fit_speedup(ledger, 36 * 0.15 + 2.0 * 36 / 39)
-    assert ceiling / rec.expected_speedup > T.MEASURED_RANGE_WIDTH_MAX
-    assert rec.expected_speedup_range is None and rec.speedup_ceiling == pytest.approx(ceiling, rel=1e-3)
-    assert rec.prediction_kind == PredictionKind.MEASURED
-    assert rec.speedup_text == f"{rec.expected_speedup:.2f}x (measured, up to {ceiling:.2f}x)"
+    assert rec.expected_speedup_range[1] == pytest.approx(
+        _whole_fit_speedup(ledger, 36 * 0.15 + 2.0 * 36 / 39), rel=1e-3
+    )
+    assert rec.speedup_ceiling is None
     # no hooks' time beyond the saves: a point
     ledger.save_s = 8.0
     assert diagnose(_evidence(ledger)).recommendations[0].expected_speedup_range is None
@@ -219,10 +218,12 @@ def test_logging_every_step_is_advised_lightnings_default_interval() -> None:
     assert rec.saved_s == pytest.approx(2.0 * (1 - 1 / interval), rel=1e-3)
 
 
-def test_logger_writes_that_slow_the_next_step_give_a_measured_range_to_fewer_writes() -> None:
+def test_logger_writes_that_slow_the_next_step_give_a_point_with_a_ceiling_to_fewer_writes() -> None:
     """Issue 28 (logging_heavy: 1.29-1.31x predicted from the writes alone, 1.59-1.62x applied): with a write every
     10 steps the steps between ran 1 ms faster. As for a heavy hook, the high end adds the step's excess over the
-    same step timed back-to-back, at most the write's own time again; within x1.44, a measured range."""
+    same step timed back-to-back, at most the write's own time again: a bound on what no timing saw, said beside the
+    point as a ceiling. As a range from the point up it missed by a hair below (the seventeenth session's run:
+    1.30-1.87x for 1.29x applied)."""
     from lightning_bottleneck.categories import PredictionKind
     from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 
@@ -246,11 +247,14 @@ def test_logger_writes_that_slow_the_next_step_give_a_measured_range_to_fewer_wr
     interval = rec.settings["log_every_n_steps"]
     avoided = STEPS * (1 - 1 / interval)
     assert rec.expected_speedup == pytest.approx(plain.expected_speedup, rel=1e-3)
-    low, high = rec.expected_speedup_range
-    assert low == pytest.approx(plain.expected_speedup, rel=1e-3)
+    assert rec.expected_speedup_range is None and rec.prediction_kind == PredictionKind.MEASURED
+    high = rec.speedup_ceiling
     assert high == pytest.approx(own / (own - avoided * (0.002 + 0.00095)), rel=1e-3)
-    assert rec.prediction_kind == PredictionKind.MEASURED_RANGE and high / low <= T.MEASURED_RANGE_WIDTH_MAX
-    assert "step after each logger write" in rec.uncertainty
+    assert rec.speedup_text == f"{rec.expected_speedup:.2f}x (measured, up to {high:.2f}x)"
+    assert (
+        "step after each logger write" in rec.uncertainty
+        and "step after each logger write" in rec.speedup_reason
+    )
 
 
 def test_sync_dist_is_advised_only_with_several_ranks() -> None:
@@ -280,7 +284,7 @@ def test_a_heavy_callback_is_named_with_its_hook_and_its_knob() -> None:
     assert rec.method == "computed"
 
 
-def test_a_heavy_hook_that_slows_the_next_step_gives_a_range_bounded_by_the_back_to_back_step() -> None:
+def test_a_heavy_hook_that_slows_the_next_step_gives_a_ceiling_bounded_by_the_back_to_back_step() -> None:
     """Issue 19 (heavy_callback: predicted 1.56x, applied 2.36x): a hook doing 3 ms of CPU work slowed the
     step after it too (2.85 ms hook, ~5 ms saved per avoided call in bare fits), which no timing of the hook
     sees. With a trial timing the same step back-to-back, the advice gives a range from the hook's own time
@@ -303,15 +307,11 @@ def test_a_heavy_hook_that_slows_the_next_step_gives_a_range_bounded_by_the_back
         return diagnose(ev).recommendations[0], own
 
     def high_end(rec: Any) -> float:
-        # within x1.44 of the point a measured range; wider, the point stays the prediction and the bound is said
-        # beside it ("up to X"), never a range ("issue 28": the after-effect is bounded, not measured)
-        if rec.expected_speedup_range is not None:
-            low, high = rec.expected_speedup_range
-            assert low == pytest.approx(rec.expected_speedup, rel=1e-3) and high / low <= 1.44
-            assert rec.speedup_ceiling is None and rec.prediction_kind == PredictionKind.MEASURED_RANGE
-            return float(high)
-        assert rec.speedup_ceiling / rec.expected_speedup > T.MEASURED_RANGE_WIDTH_MAX
-        assert rec.prediction_kind == PredictionKind.MEASURED and "up to" in rec.speedup_text
+        # the after-effect is bounded, not measured: the point stays the prediction and the bound is said beside it
+        # as a ceiling ("up to X"), never a range (issue 28)
+        assert rec.expected_speedup_range is None and rec.speedup_ceiling > rec.expected_speedup
+        assert rec.prediction_kind == PredictionKind.MEASURED
+        assert rec.speedup_text == f"{rec.expected_speedup:.2f}x (measured, up to {rec.speedup_ceiling:.2f}x)"
         return float(rec.speedup_ceiling)
 
     plain, _ = advice(2.0, None)

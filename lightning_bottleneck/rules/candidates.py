@@ -57,6 +57,9 @@ class Candidate:
     # the stable id a recommendation carries for this fix (``Recommendation.lever``): the loader rule's
     # ``loader:<advice>``, a fit lever's ``fit:<where>:<setting>``; None: matched on ``key`` and bucket
     lever: str | None = None
+    # True: its ``saved_high_ms_per_step`` bounds an effect no timing saw (the step after a hook call running
+    # slower), said beside the point as a ceiling, never the top of a range
+    ceiling_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -42,6 +42,7 @@ def fit_candidates_of(evidence: Evidence, account: RunAccount) -> list[Candidate
                 lever.basis,
                 evidence={"part": lever.part.value, "where": lever.where, "trade": lever.trade, **more},
                 lever=lever.lever,
+                ceiling_only=lever.high_is_ceiling,
             )
         )
     return out

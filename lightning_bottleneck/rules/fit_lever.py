@@ -35,6 +35,9 @@ class FitLever:
     basis: str  # how saved_s was obtained, in words
     trade: str  # what the user gives up ("" when nothing)
     evidence: dict[str, Any] = field(default_factory=dict)
+    # True: ``evidence["saved_high_s"]`` bounds an after-effect no timing saw (:func:`after_effect`): a ceiling
+    # beside the point, not the top of a range
+    high_is_ceiling: bool = False
 
     @property
     def key(self) -> str:
@@ -60,6 +63,7 @@ class FitLever:
             "basis": self.basis,
             "trade": self.trade,
             "evidence": dict(self.evidence),
+            "high_is_ceiling": self.high_is_ceiling,
         }
 
     @classmethod
@@ -73,6 +77,7 @@ class FitLever:
             str(d.get("basis") or ""),
             str(d.get("trade") or ""),
             dict(d.get("evidence") or {}),
+            bool(d.get("high_is_ceiling", False)),
         )
 
 

@@ -132,6 +132,7 @@ def logging_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     f"leaves {interval}/{new} of them{more}",
                     f"the logged curves have a point every {new} steps instead of every {interval}",
                     {"log_calls": calls, "per_log_s": round(writes_s / calls, 6), **spread},
+                    high_is_ceiling=bool(spread),
                 )
             )
     world = evidence.config.world_size if evidence.config is not None else 1
@@ -187,6 +188,7 @@ def callback_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                     basis,
                     f"{cls} does its work {k}x less often",
                     {**ev, **extra},
+                    high_is_ceiling=bool(spread),
                 )
             ]
     return [
