@@ -390,6 +390,9 @@ def persistent_extra_s(rung: Rung | None, ladder: LoaderLadder, bs: int, epochs:
     alone = ladder.rung(rung.num_workers)
     rate = alone.samples_per_s if alone is not None else rung.samples_per_s
     refill = rung.num_workers * bs / rate if rate > 0 else 0.0
+    if epochs and epochs >= 1:
+        # the first epoch's first batch comes with the start-up (timed to the first batch): epochs - 1 refills
+        refill *= (epochs - 1) / epochs
     return once_per_fit(rung.startup_s + rung.shutdown_s, epochs) + refill
 
 
