@@ -129,13 +129,12 @@ def time_in_training(
             continue
         rung_end = time.perf_counter() + share
         if given and w != current:
-            # the waiting load's count may run on to its two rounds while the rest keeps what it needs (its
-            # start-up and the minimal window): on a slow machine io_wait's 16 workers took 0.45 s to start and
-            # their share closed after 18 of 32 batches, too briefly to count, and the figure became a bound
-            # (and its own shutdown, after its deadline: io_wait_slow's 16 workers took the time the current
-            # count's second timing needed, which was then skipped)
-            reserve = sum(MIN_MEASURE_S + _startup_s(ladder, x) + _shutdown_s(ladder, x) for x in order[i:])
-            rung_end = max(rung_end, deadline - reserve - _shutdown_s(ladder, w))
+            # the waiting load's count runs on to its two rounds (it stops there), within the probe's deadline; the
+            # current count's second timing gets what is left, if that is its minimal window. On a slow machine
+            # io_wait's 16 workers took 0.45 s to start and their share closed after 18 of 32 batches, too
+            # briefly to count, and the figure became a bound; a reserve kept for the second timing (its start-up,
+            # its window, the shutdowns) cut io_wait_slow's 16 workers short the same way
+            rung_end = deadline
         rung = time_rung(
             plan,
             w,
@@ -160,18 +159,6 @@ def time_in_training(
                 order.append(again)
     if ladder.in_training_rung(current) is None:
         ladder.in_training.clear()
-
-
-def _startup_s(ladder: LoaderLadder, workers: int) -> float:
-    """The loader-alone ladder's start-up seconds for ``workers`` (0 when it has no such rung)."""
-    rung = ladder.rung(workers) if workers else None
-    return rung.startup_s if rung is not None else 0.0
-
-
-def _shutdown_s(ladder: LoaderLadder, workers: int) -> float:
-    """The loader-alone ladder's shutdown seconds for ``workers`` (0 when it has no such rung)."""
-    rung = ladder.rung(workers) if workers else None
-    return rung.shutdown_s if rung is not None else 0.0
 
 
 def wait_bound_candidate(
