@@ -715,4 +715,6 @@ def test_the_waiting_loads_worker_count_runs_past_its_share_to_its_two_rounds() 
     time_in_training(plan, ladder, 2, 0, lambda batch: None, 1 << 34, deadline, 0, candidates=[16])
     sixteen = ladder.in_training_rung(16)
     assert sixteen is not None and not sixteen.rough, ladder
-    assert [r.num_workers for r in ladder.in_training] == [0, 16, 0], ladder
+    # the current count's second timing gets what is left, when that is its minimal window (a busy machine's slow
+    # shutdown of 16 workers may leave less)
+    assert [r.num_workers for r in ladder.in_training][:2] == [0, 16], ladder
