@@ -141,17 +141,17 @@ def _measured_loader(
                 basis += ", loading in the training process timed beside the model's own training step"
             elif rec.advice == LoaderAdvice.WORKERS_TIMED:
                 basis += ", each worker count feeding the model's own training step"
+            elif plan.covered is False:
+                basis += (
+                    f" (its settings alone; the loader tops out at {ladder.ceiling_samples_per_s:.0f} "
+                    f"samples/s, so cheaper samples can save up to the whole {wait:.0%} data wait)"
+                )
             first = _first_fetch_ms(evidence, cfg, rec.settings)
             if first > 0 and rec.in_process_step_s is None:
                 # the plan's new epochs have their first batch in the workers' start-up and refills; the old ones'
                 # first fetch is outside the steps it weighed (the ledger's epoch boundaries): it goes too
                 saved += account.per_step((account.epochs or 0.0) * first / 1e3)
                 basis += f", each epoch's first fetch ({first:.0f} ms, at the epoch boundary) loaded by the workers"
-            elif plan.covered is False:
-                basis += (
-                    f" (its settings alone; the loader tops out at {ladder.ceiling_samples_per_s:.0f} "
-                    f"samples/s, so cheaper samples can save up to the whole {wait:.0%} data wait)"
-                )
         elif not rec.settings:  # "make samples cheaper": at best, all of the data wait
             saved = wait * account.step_ms
             method = Provenance.ESTIMATED
