@@ -718,3 +718,30 @@ def test_the_waiting_loads_worker_count_runs_past_its_share_to_its_two_rounds() 
     # the current count's second timing gets what is left, when that is its minimal window (a busy machine's slow
     # shutdown of 16 workers may leave less)
     assert [r.num_workers for r in ladder.in_training][:2] == [0, 16], ladder
+
+
+def test_a_waiting_loads_count_timed_with_the_step_also_times_a_short_epoch_from_an_empty_queue() -> None:
+    """Issue 28 (io_wait_slow: 40-batch epochs, 16 workers, 2 batches each in flight): the steady rate leaves out
+    an epoch's queue filling from empty. Given the run's epoch length, the rung runs on to an epoch's batches and
+    times them from the iterator's creation (the workers' start apart: ``spawn_s``); a long epoch is left to the
+    steady rate."""
+    from lightning_bottleneck.measure.loader_rung import EPOCH_TIMING_MAX_BATCHES, time_rung
+
+    loader = DataLoader(Sleepy(4096, delay_s=0.005), batch_size=4)
+    ladder = LoaderLadder(budget_s=6.0, usable_cpus=2)
+    plan = plan_probe(loader, ladder, seed=0)
+    assert plan is not None
+    stepped: list[int] = []
+    deadline = time.perf_counter() + 6.0
+    rung = time_rung(plan, 4, 2, deadline, float("inf"), 0, ladder, [], lambda b: stepped.append(1), 60)
+    assert rung is not None and rung.epoch_s is not None, ladder.notes
+    assert rung.batches >= 60 and len(stepped) == rung.batches
+    # 60 batches of 4 samples x 5 ms in 4 workers: at least 15 rounds of 20 ms after the workers' start
+    assert rung.epoch_s >= 15 * 4 * 0.005
+    assert 0 < rung.spawn_s < rung.startup_s
+    assert Rung.from_dict(rung.to_dict()).epoch_s == pytest.approx(rung.epoch_s, abs=1e-4)
+    long = time_rung(
+        plan, 4, 2, time.perf_counter() + 3.0, float("inf"), 0, ladder, [], lambda b: None,
+        EPOCH_TIMING_MAX_BATCHES + 1,
+    )  # fmt: skip
+    assert long is not None and long.epoch_s is None

@@ -133,20 +133,26 @@ def test_persistent_workers_saving_counts_the_whole_epoch_boundary_from_the_ledg
     assert without.saved_s == pytest.approx(7 * 0.3998, rel=0.02)  # no ledger: the first batch's wait
 
 
-def test_workers_for_a_loader_without_them_also_save_each_epochs_first_fetch() -> None:
-    """io_wait (seventeenth session: 4.19x predicted, 5.03x applied): without workers an epoch's first fetch is
-    booked at the epoch boundary, outside the training steps the plan weighs, while the new workers' start-up and
-    refill stand in for it in the new epoch: the fetch goes with the change, at most one steady fetch an epoch."""
+def test_a_worker_change_replaces_the_fits_steps_and_epoch_boundaries_as_timed() -> None:
+    """io_wait_slow (eighteenth session: 6.3-6.4x predicted, 4.8-5.3x applied): the plan's ratio scaled the steps
+    at the new count's steady rate and left the old workers' start-up both in the fit and off the new one. With a
+    ledger the saving is the fit's steps and epoch boundaries as timed against the new workers' fit: an epoch of
+    the run's length timed with the step from an empty queue, plus the workers' start and shutdown (the faster of
+    their timings); without the epoch's timing, the steady steps with start-up, shutdown and refills."""
     from lightning_bottleneck.analysis.ledger import FitLedger
     from lightning_bottleneck.categories import FitPart
     from lightning_bottleneck.evidence.loader_ladder import BOUND_WAIT
 
-    ladder = LoaderLadder(
-        [Rung(0, None, 300.0, 0.05, 1e-5, 0.05, 6, 0.25), Rung(16, 2, 5000.0, 0.3, 1e-5, 0.05, 64, 0.25)],
-        BOUND_WAIT, 16, 2,
-    )  # fmt: skip
-
-    def first_for(boundary_s: float) -> Any:
+    def first_for(boundary_s: float, epoch_s: float | None) -> Any:
+        sixteen = Rung(
+            16, 2, 5000.0, 0.3, None, None, 64, 0.25, shutdown_s=0.1, spawn_s=0.25, epoch_s=epoch_s
+        )
+        ladder = LoaderLadder(
+            [Rung(0, None, 300.0, 0.05, 1e-5, 0.05, 6, 0.25), Rung(16, 2, 5000.0, 0.3, 1e-5, 0.05, 64, 0.25,
+                                                                 shutdown_s=0.12, spawn_s=0.2)],
+            BOUND_WAIT, 16, 2,
+        )  # fmt: skip
+        ladder.in_training = [Rung(0, None, 290.0, 0.05, None, None, 6, 0.25), sixteen]
         ledger = FitLedger(
             fit_s=64 * 0.054 + boundary_s + 0.05,
             parts={
@@ -167,10 +173,16 @@ def test_workers_for_a_loader_without_them_also_save_each_epochs_first_fetch() -
         )
         return next(r for r in diagnose(ev).recommendations if r.settings.get("num_workers"))
 
-    without, with_fetch = first_for(0.0), first_for(0.11)  # 55 ms an epoch at the boundary: one 50 ms fetch
-    assert with_fetch.settings == without.settings and with_fetch.settings["num_workers"] == 16
-    assert with_fetch.saved_s - without.saved_s == pytest.approx(2 * 0.050, rel=0.02)
-    assert "first fetch (50 ms" in with_fetch.basis and "first fetch" not in without.basis
+    timed, more_boundary = first_for(0.0, 0.3), first_for(0.11, 0.3)
+    assert timed.settings["num_workers"] == 16 and timed.settings.get("persistent_workers") is True
+    # the fit's 3.456 s of steps against 0.2 s to start, 0.1 s to shut down (the faster timings), 2 x 0.3 s epochs
+    assert timed.saved_s == pytest.approx(64 * 0.054 - (0.2 + 0.1 + 2 * 0.3), rel=0.01)
+    assert "an epoch of 32 batches timed with the step from an empty queue (300 ms)" in timed.basis
+    # the old epoch boundaries go whole: replaced by the new workers' start-up
+    assert more_boundary.saved_s - timed.saved_s == pytest.approx(0.11, rel=0.02)
+    steady = first_for(0.0, None)  # no epoch timed: the steady steps, start-up, shutdown, one refill
+    assert "new steps" in steady.basis and "an epoch of" not in steady.basis
+    assert steady.saved_s > timed.saved_s  # the steady rate leaves the queue's filling out
 
 
 def test_in_memory_data_with_low_wait_gets_no_loader_advice() -> None:

@@ -30,6 +30,11 @@ class Rung:
     measured_s: float  # length of the steady-state window
     rough: bool = False  # the budget ran out before a full steady-state window
     shutdown_s: float = 0.0  # shutting the workers down after the timing (0 without workers, or not timed)
+    spawn_s: float = 0.0  # iterator creation alone (the workers' start), part of startup_s; 0 when not timed
+    # with the training step, an epoch's batches (the run's length) from the iterator's creation to the last one
+    # stepped, the workers' start excluded: an epoch as the fit will run it, its prefetch queue filling from empty
+    # (None: not timed, the epoch longer than the rung ran)
+    epoch_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +48,8 @@ class Rung:
             "measured_s": round(self.measured_s, 4),
             "rough": self.rough,
             "shutdown_s": round(self.shutdown_s, 4),
+            "spawn_s": round(self.spawn_s, 4),
+            "epoch_s": None if self.epoch_s is None else round(self.epoch_s, 4),
         }
 
     @classmethod
@@ -58,6 +65,8 @@ class Rung:
             measured_s=float(d.get("measured_s", 0.0)),
             rough=bool(d.get("rough", False)),
             shutdown_s=float(d.get("shutdown_s", 0.0)),
+            spawn_s=float(d.get("spawn_s", 0.0)),
+            epoch_s=None if d.get("epoch_s") is None else float(d["epoch_s"]),
         )
 
     @property
@@ -107,6 +116,8 @@ class LoaderLadder:
             measured_s=sum(r.measured_s for r in found),
             rough=any(r.rough for r in found),
             shutdown_s=min(r.shutdown_s for r in found),
+            spawn_s=min(r.spawn_s for r in found),
+            epoch_s=_mean([r.epoch_s for r in found if r.epoch_s is not None]),
         )
 
     def rung(self, num_workers: int, prefetch_factor: int | None = None) -> Rung | None:
@@ -187,3 +198,7 @@ class LoaderLadder:
             lines.append(f"  measured in {self.elapsed_s:.2f} s of a {self.budget_s:.2f} s budget")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

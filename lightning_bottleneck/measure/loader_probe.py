@@ -90,6 +90,7 @@ def probe_loader(
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     seed: int = 0,
     train_step: Callable[[Any], None] | None = None,
+    epoch_batches: int | None = None,
 ) -> LoaderLadder:
     """Measure a copy of ``loader`` at a ladder of worker counts and prefetch factors.
 
@@ -107,6 +108,8 @@ def probe_loader(
             with CPU-bound loading the current count, the cores and twice that; with loading that waits, the
             current count and the one the ladder found covering the model. The caller restores the model (see
             the module docstring).
+        epoch_batches: the run's batches per epoch: with loading that waits, the counts timed with the step also
+            time one epoch of them when it is short (:attr:`Rung.epoch_s`).
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")
@@ -163,6 +166,7 @@ def probe_loader(
                     deadline,
                     seed,
                     candidates=[w],
+                    epoch_batches=epoch_batches,
                 )
     ladder.elapsed_s = time.perf_counter() - start
     ladder.skipped = not ladder.rungs

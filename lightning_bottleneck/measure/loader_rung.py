@@ -28,6 +28,11 @@ MIN_ROUNDS = 2
 MIN_MEASURE_S = 0.25
 # ... and it never takes more than this share of the whole budget, so the ladder gets several rungs.
 RUNG_BUDGET_SHARE = 0.35
+# With the step, a rung runs on (within its deadline) to an epoch's batches when the epoch is at most this many
+# batches long: in an epoch of a few prefetch queues the queue's filling from empty is much of its time, which the
+# steady rate leaves out (io_wait_slow: 40 batches, 16 workers x 2 in flight; the steady rate predicted 4.1 ms a
+# step, its epochs ran 4.3-8.7 ms a step after their first batch). Longer epochs are the steady state's.
+EPOCH_TIMING_MAX_BATCHES = 256
 
 
 def affordable(
@@ -56,9 +61,12 @@ def time_rung(
     ladder: LoaderLadder,
     batch_bytes: list[int],
     consume: Callable[[Any], None] | None = None,
+    epoch_batches: int | None = None,
 ) -> Rung | None:
     """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
-    ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out."""
+    ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out; with
+    ``epoch_batches`` too (at most EPOCH_TIMING_MAX_BATCHES), the rung runs on to that many batches within its
+    deadline and times them as an epoch (:attr:`Rung.epoch_s`)."""
     rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, MIN_MEASURE_S))
     dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
     round_size = max(1, workers)
@@ -66,11 +74,19 @@ def time_rung(
     # (workers x prefetch_factor batches) while the first batches are stepped: the window opens once that
     # queue is drained, or batches loaded during start-up would count as loaded at the step's pace.
     open_at = round_size if consume is None or not workers else workers * (prefetch or 2)
+    epoch_at = (
+        epoch_batches
+        if consume is not None and epoch_batches and epoch_batches <= EPOCH_TIMING_MAX_BATCHES
+        else 0
+    )
+    epoch_s: float | None = None
     it: Any = None
     t0 = time.perf_counter()
+    t_iter = t0
     down_s = 0.0
     try:
         it = iter(dl)
+        t_iter = time.perf_counter()
         batch = next(it)
         t_first = time.perf_counter()
         if not batch_bytes:
@@ -85,6 +101,8 @@ def time_rung(
         if open_at > 1:
             t_open = -1.0
         now = t_first
+        if epoch_at == 1:
+            epoch_s = time.perf_counter() - t_iter
         while True:
             if now >= rung_deadline and fetched >= round_size:
                 break
@@ -94,11 +112,13 @@ def time_rung(
             del batch
             fetched += 1
             now = time.perf_counter()
+            if fetched == epoch_at:
+                epoch_s = now - t_iter
             if fetched == open_at and open_at > 1:
                 t_open, cpu_open, n_open = now, _cpu(pids), fetched
             if t_open >= 0:
                 rounds = (fetched - n_open) // round_size
-                if rounds >= MIN_ROUNDS and now - t_open >= MIN_MEASURE_S:
+                if rounds >= MIN_ROUNDS and now - t_open >= MIN_MEASURE_S and fetched >= epoch_at:
                     break
         cpu_close = _cpu(pids)
     except Exception as err:  # a worker crash, an unpicklable dataset under spawn, a timeout, a failing step
@@ -143,6 +163,8 @@ def time_rung(
         measured_s=measured,
         rough=rough,
         shutdown_s=down_s,
+        spawn_s=t_iter - t0,
+        epoch_s=epoch_s,
     )
 
 

@@ -92,11 +92,13 @@ def time_in_training(
     deadline: float,
     seed: int,
     candidates: list[int] | None = None,
+    epoch_batches: int | None = None,
 ) -> None:
     """Time the current worker count, ``num_workers=0`` (when the current count has workers), the usable core count
     and twice that with the training step (or the given ``candidates``), then the current count again (its two
     timings are averaged, so that drift over the measurement cancels), then the fastest other count again when it beat both timings of the current (a win from
-    one short timing is often the machine's noise, see :func:`_to_confirm`)."""
+    one short timing is often the machine's noise, see :func:`_to_confirm`). With ``epoch_batches`` (the run's epoch
+    length), each rung also times an epoch when that is short (:attr:`Rung.epoch_s`)."""
     given = candidates is not None
     if candidates is None:
         candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
@@ -147,6 +149,7 @@ def time_in_training(
             ladder,
             batch_bytes,
             train_step,
+            epoch_batches,
         )
         if rung is None:
             break

@@ -431,8 +431,16 @@ def _probe(
     try:
         if module is None or not _steps_on_cpu(trainer, module):
             return probe_loader(loader, budget_s=budget, target_samples_per_s=target)
+        per_epoch = getattr(trainer, "num_training_batches", None)
+        epoch_batches = per_epoch if isinstance(per_epoch, int) and per_epoch > 0 else None
         with restored_trial_step(module, batch_idx, precision=str(trainer.precision)) as step:
-            return probe_loader(loader, budget_s=budget, target_samples_per_s=target, train_step=step)
+            return probe_loader(
+                loader,
+                budget_s=budget,
+                target_samples_per_s=target,
+                train_step=step,
+                epoch_batches=epoch_batches,
+            )
     except Exception as err:
         notes.append(f"loader probe failed: {type(err).__name__}: {err}")
         return None

@@ -15,7 +15,7 @@ from lightning_bottleneck.categories import (
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.rules.candidates import Candidate, Ranking, RunAccount, estimate, share_of
 from lightning_bottleneck.rules.loader_choice import LoaderAdvice
-from lightning_bottleneck.rules.loader_pace import step_cores_from_window
+from lightning_bottleneck.rules.loader_pace import persistent_extra_s, step_cores_from_window
 from lightning_bottleneck.rules.loader_plan import plan_from_timing, plan_loader
 from lightning_bottleneck.stats import median
 
@@ -136,6 +136,7 @@ def _measured_loader(
         if rec.expected_speedup and rec.expected_speedup > 1.0:
             saved = eff * (1 - 1 / rec.expected_speedup)
             method, basis = Provenance.MEASURED, "the loader probe's ladder on this run's own DataLoader"
+            swap = _worker_swap_saving_ms(evidence, cfg, rec.settings, rec.evidence, account)
             if rec.in_process_step_s is not None:
                 saved = _in_process_saving_ms(evidence, rec.in_process_step_s, saved + tail)
                 basis += ", loading in the training process timed beside the model's own training step"
@@ -146,13 +147,11 @@ def _measured_loader(
                     f" (its settings alone; the loader tops out at {ladder.ceiling_samples_per_s:.0f} "
                     f"samples/s, so cheaper samples can save up to the whole {wait:.0%} data wait)"
                 )
-            first = _first_fetch_ms(evidence, cfg, rec.settings)
-            if first > 0 and rec.in_process_step_s is None:
-                # the plan's new epochs have their first batch in the workers' start-up and refills; the old ones'
-                # first fetch is outside the steps it weighed (the ledger's epoch boundaries): it goes too
-                saved += account.per_step((account.epochs or 0.0) * first / 1e3)
-                basis += f", each epoch's first fetch ({first:.0f} ms, at the epoch boundary) loaded by the workers"
+            if swap is not None and rec.in_process_step_s is None:
+                saved, words = swap
+                basis += words
         elif not rec.settings:  # "make samples cheaper": at best, all of the data wait
+            swap = None
             saved = wait * account.step_ms
             method = Provenance.ESTIMATED
             basis = (
@@ -171,6 +170,7 @@ def _measured_loader(
             and high > 1.0
             and _changes_workers(rec.settings)
             and rec.in_process_step_s is None
+            and swap is None  # the ledger's steps, the slow ones in, were its baseline
         ):
             # the run's steps averaged more than their median (slow steps waiting on the workers): the high end has
             # that tail speed up like the median step (worker_restart: 7.9 ms mean, 6.1 ms median with 2 workers;
@@ -201,18 +201,62 @@ def _measured_loader(
     return out
 
 
-def _first_fetch_ms(evidence: Evidence, cfg: RunConfig, settings: dict[str, Any]) -> float:
-    """An epoch's first fetch in the training process (ms) when ``settings`` give a loader without workers some:
-    the ledger books it at the epoch boundary, outside the training steps the plan weighs, where the new workers'
-    start-up and refills stand in for it (io_wait, 2 epochs: 0.11 s of a 4.1 s fit). The boundary's time per
-    epoch, at most one steady fetch (the window's median data wait); 0 otherwise."""
-    ledger, timing = evidence.ledger, evidence.timing
-    if (cfg.num_workers or 0) > 0 or int(settings.get("num_workers") or 0) <= 0:
-        return 0.0
-    if ledger is None or ledger.epochs < 1 or timing is None or not timing.data_wait_ms:
-        return 0.0
-    per_epoch = ledger.parts.get(FitPart.EPOCH_BOUNDARIES, 0.0) * 1e3 / ledger.epochs
-    return min(per_epoch, median(timing.data_wait_ms))
+def _worker_swap_saving_ms(
+    evidence: Evidence, cfg: RunConfig, settings: dict[str, Any], found: dict[str, Any], account: RunAccount
+) -> tuple[float, str] | None:
+    """What a change of worker count saves a step (ms), from the fit ledger: the fit's training steps and epoch
+    boundaries as timed (the current workers' waits, start-ups, shutdowns and refills all in), against the new
+    fit with the new count: its epochs as the probe timed one with the model's step (:attr:`Rung.epoch_s`, a short
+    epoch's queue filling from empty in) plus the workers' start and shutdown (once per fit when they persist, each
+    epoch when not); without that timing, the new steps (``found["predicted_step_ms"]``, the step scaled by the
+    rates timed with the model's step) with the start-up, shutdown and each later epoch's refill
+    (:func:`persistent_extra_s`). The plan's own ratio weighed only the steps at their steady rate, and took the
+    current workers' start-up off the new one although the ledger keeps it outside the steps it scales:
+    io_wait_slow's 16 workers (40-batch epochs) predicted 6.3-6.4x for an applied 4.8-5.3x. None without a
+    ledger, a timed new step, or the new count's rung; the saving and the words that say how it was found."""
+    ledger = evidence.ledger
+    ladder = evidence.loader_ladder
+    workers = int(settings.get("num_workers", cfg.num_workers or 0) or 0)
+    step_ms = found.get("predicted_step_ms")
+    if ledger is None or ledger.train_steps <= 0 or ladder is None or workers <= 0 or not step_ms:
+        return None
+    if not account.total_steps or not account.epochs or account.epochs < 1:
+        return None
+    rung = ladder.in_training_rung(workers) or ladder.rung(workers)
+    if rung is None:
+        return None
+    persistent = bool(settings.get("persistent_workers", cfg.persistent_workers))
+    epochs = account.epochs
+    spent_s = ledger.parts.get(FitPart.TRAINING_STEPS, 0.0) + ledger.parts.get(FitPart.EPOCH_BOUNDARIES, 0.0)
+    now_ms = spent_s * 1e3 / ledger.train_steps
+    rl = evidence.run_length
+    if rung.epoch_s is not None and rl is not None and rl.steps_per_epoch:
+        # an epoch of the run's length timed with the step, its queue filling from empty: the workers start (and
+        # stop) once when they persist, each epoch when not
+        starts = 1.0 if persistent else epochs
+        # the start and the shutdown as the faster of their timings (alone and with the step): a process start's
+        # noise only adds (io_wait_slow's 16 workers: 0.23-0.33 s to start in the probe, ~0.2 s in the fit)
+        timed = [r for r in (rung, ladder.rung(workers)) if r is not None]
+        spawn = min((r.spawn_s for r in timed if r.spawn_s > 0), default=0.0)
+        down = min((r.shutdown_s for r in timed if r.shutdown_s > 0), default=0.0)
+        new_s = starts * (spawn + down) + epochs * rung.epoch_s
+        new_s *= account.total_steps / (epochs * rl.steps_per_epoch)  # a partial last epoch
+        words = (
+            f"; the fit's training steps and epoch boundaries as timed ({now_ms:.1f} ms a step), against an epoch "
+            f"of {rl.steps_per_epoch} batches timed with the step from an empty queue ({rung.epoch_s * 1e3:.0f} ms) "
+            f"and the workers' start ({spawn * 1e3:.0f} ms) and shutdown ({down * 1e3:.0f} ms)"
+        )
+        return max(0.0, now_ms - new_s * 1e3 / account.total_steps), words
+    bs = ladder.batch_size or cfg.batch_size or 1
+    if persistent:
+        boundaries_s = persistent_extra_s(rung, ladder, bs, epochs) * epochs
+    else:  # restarting workers: a start-up (timed to the first batch) and a shutdown each epoch
+        boundaries_s = (rung.startup_s + rung.shutdown_s) * epochs
+    words = (
+        f"; the fit's training steps and epoch boundaries as timed ({now_ms:.1f} ms a step), against the new "
+        f"steps ({float(step_ms):.1f} ms) with the workers' start-up, shutdown and refills"
+    )
+    return max(0.0, now_ms - float(step_ms) - boundaries_s * 1e3 / account.total_steps), words
 
 
 def _in_process_saving_ms(evidence: Evidence, step_s: float, fallback_ms: float) -> float:
