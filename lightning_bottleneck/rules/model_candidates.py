@@ -62,29 +62,48 @@ def communication_candidates_of(
         # the optimizer step (and its zero_grad) runs once per accumulation too: its phase of the step, measured
         # on the host thread apart from backward (where DDP waits for the all-reduce), is saved in the same
         # proportion (issue 19: ddp_comm's 16M-parameter step applied 1.97x against a 1.58x high end without it)
-        phases = evidence.summaries[0].phases if evidence.summaries else {}
+        summary = evidence.summaries[0] if evidence.summaries else None
+        phases = summary.phases if summary is not None else {}
         opt_ms = phases.get("optimizer_step", 0.0) * account.step_ms
-        opt_text = f" and {opt_ms:.1f} ms/step of optimizer step" if opt_ms >= 0.05 else ""
+        overhead_ms = share_of(breakdown, Share.OVERHEAD) * account.step_ms
+        # find_unused_parameters=True: each synchronising step DDP searches the graph for unused parameters and
+        # zero-fills their gradients before the all-reduce, work no_sync skips with the all-reduce. It is the
+        # backward phase's host work outside its collectives and the step's compute (at most the per-op overhead):
+        # the point has it go in the same proportion (ddp_comm: 17% of the step; without it the point read 1.51-1.64x
+        # for an applied 1.70-2.03x in seven runs, and the range's high end with it missed above in four)
+        reducer_ms = 0.0
+        comm = summary.communication if summary is not None else None
+        if cfg.ddp_kwargs.get("find_unused_parameters") and comm is not None and "backward" in phases:
+            outside = phases["backward"] - comm.wait_in_backward_share - share_of(breakdown, Share.COMPUTE)
+            reducer_ms = min(max(0.0, outside) * account.step_ms, overhead_ms)
+        parts = [f"{exposed:.1f} ms/step of exposed collectives"]
+        parts += [f"{opt_ms:.1f} ms/step of optimizer step"] if opt_ms >= 0.05 else []
+        parts += (
+            [f"{reducer_ms:.1f} ms/step of DDP's unused-parameter search and zero-fill"]
+            if reducer_ms >= 0.05
+            else []
+        )
+        what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
         accumulate = estimate(
             Category.COMMUNICATION,
             f"accumulate_grad_batches={new}",
             "accumulate_grad_batches",
             {"accumulate_grad_batches": new},
-            (exposed + opt_ms) * frac,
+            (exposed + opt_ms + reducer_ms) * frac,
             account,
-            f"{exposed:.1f} ms/step of exposed collectives{opt_text}, run once per {new} batches instead of "
-            f"{acc}: saves {frac:.0%} of it; the effective batch grows {new // acc}x (retune the learning "
+            f"{what}, run once per {new} batches "
+            f"instead of {acc}: saves {frac:.0%} of it; the effective batch grows {new // acc}x (retune the learning "
             "rate), memory per batch is unchanged",
         )
-        # the high end: under no_sync DDP also skips the reducer's host work around the all-reduce (bucket
-        # copies, zero-filled unused gradients), which the trace counts as per-op overhead; at most all of it
-        # goes in the same proportion (ddp_comm: 83% collectives, 17% overhead, applied 1.88-1.97x: 47-49% saved)
-        overhead_ms = share_of(breakdown, Share.OVERHEAD) * account.step_ms
-        accumulate.evidence["saved_high_ms_per_step"] = (exposed + opt_ms + overhead_ms) * frac
-        accumulate.evidence["range_why"] = (
-            f"the high end also has the {overhead_ms:.1f} ms/step of per-op host work (DDP's bucket copies around the "
-            "all-reduce) run once per accumulation"
-        )
+        if not reducer_ms:
+            # the high end: under no_sync DDP also skips the reducer's host work around the all-reduce (bucket
+            # copies, zero-filled unused gradients), which the trace counts as per-op overhead; at most all of it
+            # goes in the same proportion (ddp_comm: 83% collectives, 17% overhead, applied 1.88-1.97x: 47-49% saved)
+            accumulate.evidence["saved_high_ms_per_step"] = (exposed + opt_ms + overhead_ms) * frac
+            accumulate.evidence["range_why"] = (
+                f"the high end also has the {overhead_ms:.1f} ms/step of per-op host work (DDP's bucket copies around "
+                "the all-reduce) run once per accumulation"
+            )
         # arithmetic on the trace's measured collective and optimizer time, no published factor (issue 28: a
         # computed point; ddp_comm predicted 1.70x, applied 1.74x)
         out.append(replace(accumulate, method=Provenance.COMPUTED))
