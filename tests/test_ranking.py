@@ -143,7 +143,7 @@ def test_a_worker_change_replaces_the_fits_steps_and_epoch_boundaries_as_timed()
     from lightning_bottleneck.categories import FitPart
     from lightning_bottleneck.evidence.loader_ladder import BOUND_WAIT
 
-    def first_for(boundary_s: float, epoch_s: float | None) -> Any:
+    def first_for(boundary_s: float, epoch_s: float | None, spread: bool = False) -> Any:
         sixteen = Rung(
             16, 2, 5000.0, 0.3, None, None, 64, 0.25, shutdown_s=0.1, spawn_s=0.25, epoch_s=epoch_s
         )
@@ -153,6 +153,8 @@ def test_a_worker_change_replaces_the_fits_steps_and_epoch_boundaries_as_timed()
             BOUND_WAIT, 16, 2,
         )  # fmt: skip
         ladder.in_training = [Rung(0, None, 290.0, 0.05, None, None, 6, 0.25), sixteen]
+        if spread:  # the current count's second timing 40% slower: the plan spreads its ratio into a range
+            ladder.in_training.append(Rung(0, None, 207.0, 0.05, None, None, 6, 0.25))
         ledger = FitLedger(
             fit_s=64 * 0.054 + boundary_s + 0.05,
             parts={
@@ -180,6 +182,11 @@ def test_a_worker_change_replaces_the_fits_steps_and_epoch_boundaries_as_timed()
     assert "an epoch of 32 batches timed with the step from an empty queue (300 ms)" in timed.basis
     # the old epoch boundaries go whole: replaced by the new workers' start-up
     assert more_boundary.saved_s - timed.saved_s == pytest.approx(0.11, rel=0.02)
+    assert timed.prediction_kind == PredictionKind.MEASURED
+    # the plan's range spread its ratio of steady rates; the fit's figure no longer rests on them: a point
+    moved = first_for(0.0, 0.3, spread=True)
+    assert moved.expected_speedup_range is None and moved.prediction_kind == PredictionKind.MEASURED
+    assert moved.saved_s == pytest.approx(timed.saved_s, rel=0.01)
     steady = first_for(0.0, None)  # no epoch timed: the steady steps, start-up, shutdown, one refill
     assert "new steps" in steady.basis and "an epoch of" not in steady.basis
     assert steady.saved_s > timed.saved_s  # the steady rate leaves the queue's filling out
