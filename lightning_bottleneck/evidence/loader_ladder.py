@@ -31,8 +31,8 @@ class Rung:
     rough: bool = False  # the budget ran out before a full steady-state window
     shutdown_s: float = 0.0  # shutting the workers down after the timing (0 without workers, or not timed)
     spawn_s: float = 0.0  # iterator creation alone (the workers' start), part of startup_s; 0 when not timed
-    # with the training step, an epoch's batches (the run's length) from the iterator's creation to the last one
-    # stepped, the workers' start excluded: an epoch as the fit will run it, its prefetch queue filling from empty
+    # with the training step, an epoch's batches (the run's length) from the iterator being up (its workers
+    # started) to the last one stepped: an epoch as the fit will run it, its prefetch queue filling from empty
     # (None: not timed, the epoch longer than the rung ran)
     epoch_s: float | None = None
 

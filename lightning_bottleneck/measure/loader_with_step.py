@@ -98,7 +98,7 @@ def time_in_training(
     and twice that with the training step (or the given ``candidates``), then the current count again (its two
     timings are averaged, so that drift over the measurement cancels), then the fastest other count again when it beat both timings of the current (a win from
     one short timing is often the machine's noise, see :func:`_to_confirm`). With ``epoch_batches`` (the run's epoch
-    length), each rung also times an epoch when that is short (:attr:`Rung.epoch_s`)."""
+    length), each count but the current one also times an epoch when that is short (:attr:`Rung.epoch_s`)."""
     given = candidates is not None
     if candidates is None:
         candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
@@ -149,7 +149,8 @@ def time_in_training(
             ladder,
             batch_bytes,
             train_step,
-            epoch_batches,
+            # the current count's epochs are in the fit ledger: only the others run on to time one
+            epoch_batches if w != current else None,
         )
         if rung is None:
             break
