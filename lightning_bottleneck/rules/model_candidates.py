@@ -70,7 +70,7 @@ def communication_candidates_of(
         # zero-fills their gradients before the all-reduce, work no_sync skips with the all-reduce. It is the
         # backward phase's host work outside its collectives and the step's compute (at most the per-op overhead):
         # the point has it go in the same proportion (ddp_comm: 17% of the step; without it the point read 1.51-1.64x
-        # for an applied 1.70-2.03x in seven runs, and the range's high end with it missed above in four)
+        # for an applied 1.70-1.94x in six scoreboard runs and 1.96-2.03x in two bare pairs; the high end missed in four)
         reducer_ms = 0.0
         comm = summary.communication if summary is not None else None
         if cfg.ddp_kwargs.get("find_unused_parameters") and comm is not None and "backward" in phases:
