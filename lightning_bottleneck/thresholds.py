@@ -214,11 +214,6 @@ HOOK_INDIRECT_MAX_SHARE = 1.0
 # val_slow_loader's fit without 9 of 10 validations ran the rest of its fit 0.08x, 0.11x and -0.01x of the
 # avoided validation time faster; about twice the largest seen.
 VALIDATION_INDIRECT_MAX_SHARE = 0.25
-# A fewer-validations lever's low end: the runs it avoids may be of the fast kind (the fastest run timed, times the
-# runs avoided), where that keeps the range at most this wide over the fit (the account the ranking prices it on
-# differs from the ledger's own fit by a few percent: MEASURED_RANGE_WIDTH_MAX less that margin). val_many_batches
-# (issue 28, eighteenth session): a range 2.44-3.05x from its point up held 2.37x applied under its low end.
-VALIDATION_LOW_END_WIDTH_MAX = 1.40
 # A loader change's high end also has the training steps' slow tail (the ledger's mean step over the timer's median)
 # speed up, when that tail is at least this share of the median: the 10% run-to-run spread of a step timing on a
 # shared machine (LADDER_GAIN_MIN's). worker_restart (issue 19): 7.9 ms mean, 6.1 ms median with 2 workers.

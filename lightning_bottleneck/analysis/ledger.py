@@ -60,9 +60,6 @@ class FitLedger:
     # the median validation run's wall seconds (with what it triggers): one run fewer saves this; the first
     # run's one-off costs (the val loader's first iterator, the first checkpoint) stay with the runs left
     validation_typical_s: float = 0.0
-    # the fastest validation run's wall seconds (0: not recorded): the runs a lever avoids may be of the fast
-    # kind, which bounds its saving from below
-    validation_min_s: float = 0.0
     validation_batches: int = 0
     validation_loader_wait_s: float = 0.0  # split of VALIDATION: waiting for the val loader
     validation_compute_s: float = 0.0  # ... and the rest of validation
@@ -134,7 +131,6 @@ class FitLedger:
             "validation_runs": self.validation_runs,
             "validation_wall_s": self.validation_wall_s,
             "validation_typical_s": self.validation_typical_s,
-            "validation_min_s": self.validation_min_s,
             "validation_batches": self.validation_batches,
             "validation_loader_wait_s": self.validation_loader_wait_s,
             "validation_compute_s": self.validation_compute_s,
@@ -163,7 +159,6 @@ class FitLedger:
             validation_runs=int(d.get("validation_runs", 0)),
             validation_wall_s=float(d.get("validation_wall_s", 0.0)),
             validation_typical_s=float(d.get("validation_typical_s", 0.0)),
-            validation_min_s=float(d.get("validation_min_s", 0.0)),
             validation_batches=int(d.get("validation_batches", 0)),
             validation_loader_wait_s=float(d.get("validation_loader_wait_s", 0.0)),
             validation_compute_s=float(d.get("validation_compute_s", 0.0)),
@@ -207,7 +202,6 @@ def merge_ranks(ledgers: list[FitLedger]) -> FitLedger:
         validation_runs=max(x.validation_runs for x in ledgers),
         validation_wall_s=max(x.validation_wall_s for x in ledgers),
         validation_typical_s=max(x.validation_typical_s for x in ledgers),
-        validation_min_s=min((x.validation_min_s for x in ledgers if x.validation_min_s > 0), default=0.0),
         validation_batches=max(x.validation_batches for x in ledgers),
         validation_loader_wait_s=max(x.validation_loader_wait_s for x in ledgers),
         validation_compute_s=max(x.validation_compute_s for x in ledgers),

@@ -328,7 +328,6 @@ class LiveLedger:
             validation_typical_s=statistics.median(self.validation_run_walls)
             if self.validation_run_walls
             else 0.0,
-            validation_min_s=min(self.validation_run_walls, default=0.0),
             validation_batches=c.calls[self.s_val_steps],
             validation_loader_wait_s=val_wait,
             validation_compute_s=max(0.0, parts[FitPart.VALIDATION] - val_wait),

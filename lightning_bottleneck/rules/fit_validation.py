@@ -65,31 +65,13 @@ def validation_levers(ledger: FitLedger, evidence: Evidence) -> list[FitLever]:
                 step_excess_s(ledger, evidence) * steps * avoided / runs,
                 T.VALIDATION_INDIRECT_MAX_SHARE * avoided * per,
             )
-            why: list[str] = []
             if indirect > 0:
                 ev["saved_high_s"] = round(avoided * per + indirect, 6)
-                why.append(
+                ev["range_why"] = (
                     "the training steps between validations may run faster without them (caches, memory, the "
                     "metrics they collect); how much was bounded by this run's step against the same step timed "
                     "back-to-back, not measured"
                 )
-            low = avoided * ledger.validation_min_s
-            fit = ledger.own_fit_s()
-            high = avoided * per + max(0.0, indirect)
-            if (
-                0 < low < avoided * per
-                and fit > high
-                and (fit - low) / (fit - high) <= T.VALIDATION_LOW_END_WIDTH_MAX
-            ):
-                # the runs avoided may be of the fast kind (VALIDATION_LOW_END_WIDTH_MAX)
-                ev["saved_low_s"] = round(low, 6)
-                ev["validation_min_s"] = round(ledger.validation_min_s, 6)
-                why.append(
-                    f"validation runs took {seconds_text(ledger.validation_min_s)}-{seconds_text(per)} (fastest to "
-                    f"median) on this run: the {avoided} avoided may be of the fast kind"
-                )
-            if why:
-                ev["range_why"] = "; ".join(why)
             out.append(
                 FitLever(
                     FitPart.VALIDATION,
