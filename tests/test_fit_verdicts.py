@@ -78,11 +78,15 @@ def test_validation_every_ten_batches_is_the_verdict_with_val_check_interval_fir
     assert again.recommendations[0].where == "Trainer"
 
 
-def test_validations_that_slow_the_steps_between_them_give_a_range_bounded_by_the_back_to_back_step() -> None:
+def test_validations_that_slow_the_steps_between_them_give_a_ceiling_bounded_by_the_back_to_back_step() -> (
+    None
+):
     """Issue 19 (val_slow_loader: predicted 3.74-4.54x, applied 4.74-4.91x): without 9 of 10 validations the rest
     of the fit also ran faster (self.log 0.9 -> 0.5-0.6 ms a call). With a trial timing the step back-to-back,
-    the advice gives a range up to the avoided runs' share of the step's excess over it, at most
-    VALIDATION_INDIRECT_MAX_SHARE of the validation time saved."""
+    the advice bounds that after-effect by the avoided runs' share of the step's excess over it, at most
+    VALIDATION_INDIRECT_MAX_SHARE of the validation time saved. Issue 28: the bound is a ceiling beside the point
+    (the validations' measured seconds), no range from the point up: val_many_batches' 2.29x applied missed such a
+    range (2.30-3.07x) by its point's 0.01."""
     from lightning_bottleneck.evidence.trial_results import TrialReport, TrialResult
 
     def advice(baseline_ms: float | None, val_s: float = 9.0) -> Any:
@@ -101,17 +105,18 @@ def test_validations_that_slow_the_steps_between_them_give_a_range_bounded_by_th
 
     plain, ledger = advice(None)
     assert plain.settings == {"val_check_interval": 100} and plain.expected_speedup_range is None
+    assert plain.speedup_ceiling is None
     rec, _ = advice(4.0)  # the run's step 4.95 ms, back-to-back 4.0: 0.95 ms x 200 steps x 18/20 = 0.171 s
     assert rec.expected_speedup == pytest.approx(plain.expected_speedup, rel=1e-3)
-    assert rec.expected_speedup_range is not None and "between validations" in (rec.uncertainty or "")
-    low, high = rec.expected_speedup_range
-    assert low == pytest.approx(plain.expected_speedup, rel=1e-3)
-    assert high == pytest.approx(_whole_fit_speedup(ledger, 18 * 0.45 + 0.171), rel=1e-3)
+    assert rec.expected_speedup_range is None and rec.prediction_kind == PredictionKind.MEASURED
+    assert "between validations" in (rec.uncertainty or "")
+    assert rec.speedup_ceiling == pytest.approx(_whole_fit_speedup(ledger, 18 * 0.45 + 0.171), rel=1e-3)
     # runs of 45 ms and a step 4.94 ms over back-to-back (0.89 s in all): capped at a quarter of the time saved
     rec, ledger = advice(0.01, val_s=0.9)
     cap = 18 * 0.045 * (1 + T.VALIDATION_INDIRECT_MAX_SHARE)
-    assert rec.expected_speedup_range[1] == pytest.approx(_whole_fit_speedup(ledger, cap), rel=1e-3)
-    assert advice(6.0)[0].expected_speedup_range is None  # a step no slower than back-to-back: a point
+    assert rec.speedup_ceiling == pytest.approx(_whole_fit_speedup(ledger, cap), rel=1e-3)
+    # a step no slower than back-to-back: a point alone
+    assert advice(6.0)[0].expected_speedup_range is None and advice(6.0)[0].speedup_ceiling is None
 
 
 def test_a_validation_longer_than_an_epoch_interval_uses_check_val_every_n_epoch() -> None:
