@@ -78,9 +78,7 @@ def test_validation_every_ten_batches_is_the_verdict_with_val_check_interval_fir
     assert again.recommendations[0].where == "Trainer"
 
 
-def test_validations_that_slow_the_steps_between_them_give_a_ceiling_bounded_by_the_back_to_back_step() -> (
-    None
-):
+def test_validations_that_slow_the_steps_between_them_give_a_ceiling_beside_the_point() -> None:
     """Issue 19 (val_slow_loader: predicted 3.74-4.54x, applied 4.74-4.91x): without 9 of 10 validations the rest
     of the fit also ran faster (self.log 0.9 -> 0.5-0.6 ms a call). With a trial timing the step back-to-back,
     the advice bounds that after-effect by the avoided runs' share of the step's excess over it, at most
