@@ -318,21 +318,26 @@ def test_baseline_says_whether_one_change_helped(tmp_path: Path, one_intra_op_th
     before_root, after_root = tmp_path / "before", tmp_path / "after"
     original = scenarios.scenario
 
-    # loading (~32 ms/batch) and compute of similar size: overlap pays off. On one intra-op thread: with two, CI on
-    # a VM running 2-3.5x slower measured the advised worker at 1.025x the steps without it (interval 0.85-1.09),
-    # where one thread measures 0.45-0.68x with the interval's top under 0.73
+    # loading (~32 ms/batch, sleeps) and compute of similar size: overlap pays off. On one intra-op thread: with two,
+    # CI on a VM running 2-3.5x slower measured one advised worker at 1.025x the steps without it. The loader probe
+    # is given a budget (this 30-step fit is too short for the automatic one), so the advice is measured: estimated,
+    # a 2-core machine gets one worker, whose saving shrinks with the compute it hides (0.79-0.85x on a fast VM, where
+    # CI once failed at 0.854); measured, 8 workers give 0.17-0.20x here
     def heavier(name):
         _, train, val = original(name)
         return scenarios.Regressor(width=1024, depth=4), train, val
 
     scenarios.scenario = heavier
     try:
-        _, cb = fit_scenario("input", before_root, max_steps=30)
+        _, cb = fit_scenario(
+            "input", before_root, max_steps=30, callback_kwargs={"probe_loader": True, "loader_budget_s": 3.0}
+        )
     finally:
         scenarios.scenario = original
     assert cb.report is not None
     rec = cb.report.recommendations[0]
-    assert rec.settings["num_workers"] >= 1
+    assert rec.prediction_kind == "measured", rec
+    assert rec.settings["num_workers"] >= 2, rec.settings
 
     def with_advice(name):  # the same run with the recommended DataLoader settings
         model, train, val = heavier(name)
@@ -353,7 +358,7 @@ def test_baseline_says_whether_one_change_helped(tmp_path: Path, one_intra_op_th
     comparison = after.report.metrics["comparison"]
     assert comparison["before"]["primary"] == "input"
     assert comparison["helped"] is True, comparison
-    assert comparison["step_time_ratio"] < 0.85
+    assert comparison["step_time_ratio"] < 0.75
     assert after.report.notes[0].startswith("Compared with") and "helped" in after.report.notes[0]
 
 
