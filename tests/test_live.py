@@ -361,7 +361,7 @@ def test_measurement_options_from_the_environment(monkeypatch: pytest.MonkeyPatc
         callbacks_from_env()
 
 
-def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
+def test_automatic_budgets_spare_a_short_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Left at None, the budgets take at most AUTO_SHARE_OF_RUN (1%) of the projected fit in all: an input-bound fit of about a second
     is not slowed by its own diagnosis (probe skipped with a note, estimated advice); the same fit with an
     explicit budget is probed."""
@@ -422,6 +422,20 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path) -> None:
     assert MeasureOptions().resolved(20.0, [], loading_s=8.0).loader_budget_s == pytest.approx(0.8)
     assert MeasureOptions(loader_budget_s=0.4).resolved(20.0, []).loader_budget_s == 0.4  # explicit: as given
     assert MeasureOptions().resolved(600.0, [], loading_s=1.0).loader_budget_s == min(3.0, pool)  # the pool's
+    # CPU-bound loading: workers save at most 1 - 1/cpus of it, and the stake shrinks to that share once the probe
+    # finds it so (0: under the minimum, the probe stops there); the pool's share and explicit budgets stay
+    monkeypatch.setattr("lightning_bottleneck.measure.stage.usable_cpus", lambda: 2)
+    assert MeasureOptions().resolved(20.0, [], loading_s=18.0).loader_cpu_bound_budget_s == pytest.approx(0.9)
+    assert MeasureOptions().resolved(20.0, [], loading_s=10.0).loader_cpu_bound_budget_s == 0.0  # 0.5 s
+    assert MeasureOptions().resolved(600.0, [], loading_s=20.0).loader_cpu_bound_budget_s == 3.0  # the pool's
+    assert (
+        MeasureOptions(loader_budget_s=2.0).resolved(20.0, [], loading_s=18.0).loader_cpu_bound_budget_s
+        is None
+    )
+    monkeypatch.setattr("lightning_bottleneck.measure.stage.usable_cpus", lambda: 8)
+    assert MeasureOptions().resolved(20.0, [], loading_s=18.0).loader_cpu_bound_budget_s == pytest.approx(
+        1.575
+    )
 
 
 def test_an_input_bound_fit_of_seconds_gets_a_loader_probe_sized_by_its_loading(

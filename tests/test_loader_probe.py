@@ -437,6 +437,26 @@ def test_iterable_dataset_is_skipped_with_a_note_and_never_consumed() -> None:
     assert "not measured" in str(ladder)
 
 
+def test_cpu_bound_loading_keeps_the_probe_to_what_workers_can_save() -> None:
+    """An automatic probe's stake shrinks once num_workers=0 finds the loading CPU-bound (workers on 2 cores save at
+    most half of it): the ladder ends by ``cpu_bound_budget_s``; at 0 it stops after that rung, saying so. Loading
+    that waits keeps the whole budget."""
+    heavy = DataLoader(Heavy(), batch_size=4)
+    stopped = probe_loader(heavy, budget_s=3.0, usable_cpus=2, cpu_bound_budget_s=0.0)
+    assert stopped.bound == BOUND_CPU and [r.num_workers for r in stopped.rungs] == [0], stopped
+    assert any("CPU-bound on 2 usable CPU(s)" in n and "save at most 50%" in n for n in stopped.notes), (
+        stopped.notes
+    )
+    t0 = time.perf_counter()
+    kept = probe_loader(heavy, budget_s=3.0, usable_cpus=2, cpu_bound_budget_s=0.8)
+    wall = time.perf_counter() - t0
+    assert wall < 0.8 + 0.6, (wall, kept)  # slack: one batch fetch and worker shutdown, as below
+    assert any("keeps to 0.80 s" in n for n in kept.notes), kept.notes
+    waits = probe_loader(DataLoader(Sleepy(256, delay_s=0.004), batch_size=8), budget_s=1.0, usable_cpus=2,
+                         cpu_bound_budget_s=0.0)  # fmt: skip
+    assert waits.bound != BOUND_CPU and len(waits.rungs) > 1, waits
+
+
 def test_probe_respects_its_time_budget() -> None:
     loader = DataLoader(Sleepy(1024, delay_s=0.005), batch_size=8)  # an unbounded ladder takes ~4 s here
     t0 = time.perf_counter()

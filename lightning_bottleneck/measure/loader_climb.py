@@ -76,9 +76,11 @@ def climb(
     seed: int,
     reserve: float = 0.0,
     wait_reserve: float = 0.0,
+    cpu_deadline: float | None = None,
 ) -> None:
     """Climb the ladder onto ``ladder.rungs`` (see the module docstring); a share of the budget is left for
-    timing with the step: ``reserve`` with CPU-bound loading, ``wait_reserve`` with loading that waits."""
+    timing with the step: ``reserve`` with CPU-bound loading, ``wait_reserve`` with loading that waits. With
+    CPU-bound loading the probe ends by ``cpu_deadline`` when that is earlier (nothing more at ``start``)."""
     budget = deadline - start
     batch_bytes: list[int] = []
     zero = time_rung(plan, 0, None, deadline, budget, seed, ladder, batch_bytes)
@@ -86,6 +88,20 @@ def climb(
         return
     ladder.rungs.append(zero)
     ladder.bound = _bound(zero)
+    if ladder.bound == BOUND_CPU and cpu_deadline is not None and cpu_deadline < deadline:
+        saves = 1.0 - 1.0 / max(1, cpus)
+        if cpu_deadline <= start:
+            ladder.notes.append(
+                f"Loading is CPU-bound on {cpus} usable CPU(s): workers could save at most {saves:.0%} of it, too "
+                "little for the automatic loader probe to time a worker count (set loader_budget_s to measure)."
+            )
+            return
+        deadline = cpu_deadline
+        budget = deadline - start
+        ladder.notes.append(
+            f"Loading is CPU-bound on {cpus} usable CPU(s): workers could save at most {saves:.0%} of it, so the "
+            f"automatic loader probe keeps to {budget:.2f} s."
+        )
     kept = {BOUND_CPU: reserve, BOUND_WAIT: wait_reserve}.get(ladder.bound, 0.0)
     if kept:  # the rest of the budget times worker counts with the step
         budget *= 1.0 - kept

@@ -91,6 +91,7 @@ def probe_loader(
     seed: int = 0,
     train_step: Callable[[Any], None] | None = None,
     epoch_batches: int | None = None,
+    cpu_bound_budget_s: float | None = None,
 ) -> LoaderLadder:
     """Measure a copy of ``loader`` at a ladder of worker counts and prefetch factors.
 
@@ -110,6 +111,9 @@ def probe_loader(
             the module docstring).
         epoch_batches: the run's batches per epoch: with loading that waits, the counts timed with the step also
             time one epoch of them when it is short (:attr:`Rung.epoch_s`).
+        cpu_bound_budget_s: the whole probe's budget once num_workers=0 finds the loading CPU-bound (when lower
+            than ``budget_s``; ``0`` stops there, a note says so): the automatic budget's share of what workers can
+            save of CPU-bound loading (``measure/stage.py``).
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")
@@ -125,6 +129,7 @@ def probe_loader(
     current = loader.num_workers if current_num_workers is None else current_num_workers
     start = time.perf_counter()
     deadline = start + budget_s
+    cpu_deadline = None if cpu_bound_budget_s is None else start + max(0.0, cpu_bound_budget_s)
     with _rng_preserved(), warnings.catch_warnings():
         # torch warns when workers exceed its suggested maximum: the probe tries exactly that on purpose.
         warnings.filterwarnings("ignore", ".*worker processes in total.*")
@@ -149,8 +154,17 @@ def probe_loader(
             seed,
             reserve,
             wait_reserve,
+            cpu_deadline,
         )
-        if train_step is not None and ladder.bound == BOUND_CPU and ladder.rung(0) is not None:
+        if ladder.bound == BOUND_CPU and cpu_deadline is not None:
+            deadline = min(deadline, cpu_deadline)
+        stopped = ladder.bound == BOUND_CPU and cpu_bound_budget_s == 0  # the climb's note says so
+        if (
+            train_step is not None
+            and ladder.bound == BOUND_CPU
+            and ladder.rung(0) is not None
+            and not stopped
+        ):
             time_in_training(plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed)
         elif train_step is not None and ladder.bound == BOUND_WAIT:
             # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)

@@ -29,6 +29,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from statistics import median
 from typing import Any
 
@@ -45,7 +46,7 @@ from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
 from lightning_bottleneck.evidence.trial_results import TrialReport
 from lightning_bottleneck.measure.batch_fetch import bigger_fetch_budget, time_bigger_fetch
 from lightning_bottleneck.measure.contention import assess
-from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module
+from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module, usable_cpus
 
 __all__ = [
     "MeasureOptions",
@@ -87,6 +88,8 @@ AUTO_LOADER_MIN_BUDGET_S = 0.75
 #: the diagnosis. A fit whose loading costs under AUTO_LOADER_MIN_BUDGET_S / 0.1 = 7.5 s (and whose 1% pool is
 #: under it: a fit under 75 s) is not probed.
 AUTO_LOADER_STAKE_SHARE = 0.1
+#: Workers save all of loading that waits, at most ``1 - 1/cpus`` of CPU-bound loading: a probe that finds it so keeps
+#: to that share of the stake (issue 29's cpu_transform, 2 cores: a 1.34 s probe took 28% of a 4.8 s saving).
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ class MeasureOptions:
     loader_budget_s: float | None = None
     trial_budget_s: float | None = None
     compile_budget_s: float | None = None
+    #: the loader probe's budget once it finds the loading CPU-bound (None: ``loader_budget_s``; 0: stop there)
+    loader_cpu_bound_budget_s: float | None = None
 
     def resolved(
         self,
@@ -144,6 +149,7 @@ class MeasureOptions:
             pool = max(0.0, pool - budget)
             return budget
 
+        pool_before = pool
         loader = auto(
             self.loader_budget_s,
             AUTO_LOADER_BUDGET_S,
@@ -163,7 +169,12 @@ class MeasureOptions:
                 "so the advice is estimated; set loader_budget_s / trial_budget_s / compile_budget_s to measure "
                 "anyway."
             )
-        return MeasureOptions(self.probe_loader, loader, trial, compile_)
+        cpu_bound: float | None = None
+        if self.loader_budget_s is None and pool_before is not None and loader > 0:
+            cpus = max(1, usable_cpus())
+            cpu_bound = min(loader, max(pool_before, stake * (1.0 - 1.0 / cpus)))
+            cpu_bound = cpu_bound if cpu_bound >= AUTO_LOADER_MIN_BUDGET_S else 0.0
+        return MeasureOptions(self.probe_loader, loader, trial, compile_, cpu_bound)
 
 
 def projected_run_s(length: RunLength | None, timing: TimingStats | None) -> float | None:
@@ -427,20 +438,17 @@ def _probe(
         )
         return None
     module = getattr(trainer, "lightning_module", None) or pl_module
-    budget = options.loader_budget_s or 0.0
+    budget, cpu_bound = options.loader_budget_s or 0.0, options.loader_cpu_bound_budget_s
+    probe = partial(
+        probe_loader, loader, budget_s=budget, target_samples_per_s=target, cpu_bound_budget_s=cpu_bound
+    )
     try:
         if module is None or not _steps_on_cpu(trainer, module):
-            return probe_loader(loader, budget_s=budget, target_samples_per_s=target)
+            return probe()
         per_epoch = getattr(trainer, "num_training_batches", None)
         epoch_batches = per_epoch if isinstance(per_epoch, int) and per_epoch > 0 else None
         with restored_trial_step(module, batch_idx, precision=str(trainer.precision)) as step:
-            return probe_loader(
-                loader,
-                budget_s=budget,
-                target_samples_per_s=target,
-                train_step=step,
-                epoch_batches=epoch_batches,
-            )
+            return probe(train_step=step, epoch_batches=epoch_batches)
     except Exception as err:
         notes.append(f"loader probe failed: {type(err).__name__}: {err}")
         return None
