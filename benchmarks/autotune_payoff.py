@@ -1,8 +1,12 @@
 """Does ``BottleneckCallback(autotune=True)`` pay off? Issue 29's benchmark, beside the scoreboard.
 
-For each workload (``benchmarks/payoff_workloads.py``, trained for ``--epochs`` epochs, 8 by default), in separate
-processes:
+For each workload (``benchmarks/payoff_workloads.py``, trained for ``--epochs`` epochs, 8 by default, as users run
+them: the default logger and checkpointing, the workload's own intra-op thread setting), in separate processes:
 
+0. its fit at its own size, untouched; where that is shorter than ``--min-fit`` (``MIN_FIT_S``, 30 s), the steps
+   below run with more samples an epoch (``scale``: the same batches, model and epochs), and the workload at its
+   own size gets interleaved rounds of the untouched, callback and autotuned fits, whose goal is autotune adding
+   nothing to the callback's fit (>= 0.97x of it; the callback's own cost beside the untouched fit is reported);
 1. a sweep: the untouched fit and the fit started with each of the workload's candidate settings (no callback),
    once each; the fastest is the *best* setting (the untouched fit when nothing beats it);
 2. ``--repeats`` rounds (more for short fits: each variant at least ``ROUND_SECONDS_MIN`` seconds, at most
@@ -20,8 +24,8 @@ processes:
     python benchmarks/autotune_payoff.py --json autotune.json
 
 Every workload runs with the automatic budgets, as a user would: the loader probe takes up to 10% of the time
-loading costs the fit (``measure/stage.AUTO_LOADER_STAKE_SHARE``: io_wait's 16 s fit gets ~1.5 s, cpu_transform's
-~0.3 s). ``--loader-budget S`` gives the input workloads an explicit ``loader_budget_s`` instead (before the stake
+loading costs the fit (``measure/stage.AUTO_LOADER_STAKE_SHARE``: io_wait's 13 s fit gets ~1.3 s), of what workers
+can save of it where loading is CPU-bound (half on 2 cores: cpu_transform's 30 s fit gets ~1.4 s). ``--loader-budget S`` gives the input workloads an explicit ``loader_budget_s`` instead (before the stake
 rule: 1 s, what the 1% pool gives a 100-second fit). Timings on a shared machine are noisy: read ratios near 1.0 as
 "no change".
 """

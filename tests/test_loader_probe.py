@@ -452,6 +452,7 @@ def test_cpu_bound_loading_keeps_the_probe_to_what_workers_can_save() -> None:
     wall = time.perf_counter() - t0
     assert wall < 0.8 + 0.6, (wall, kept)  # slack: one batch fetch and worker shutdown, as below
     assert any("keeps to 0.80 s" in n for n in kept.notes), kept.notes
+    assert kept.budget_s == pytest.approx(0.8, abs=0.05) and stopped.budget_s == 3.0  # the budget it kept to
     waits = probe_loader(DataLoader(Sleepy(256, delay_s=0.004), batch_size=8), budget_s=1.0, usable_cpus=2,
                          cpu_bound_budget_s=0.0)  # fmt: skip
     assert waits.bound != BOUND_CPU and len(waits.rungs) > 1, waits

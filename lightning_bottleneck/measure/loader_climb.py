@@ -97,7 +97,7 @@ def climb(
             )
             return
         deadline = cpu_deadline
-        budget = deadline - start
+        budget = ladder.budget_s = deadline - start
         ladder.notes.append(
             f"Loading is CPU-bound on {cpus} usable CPU(s): workers could save at most {saves:.0%} of it, so the "
             f"automatic loader probe keeps to {budget:.2f} s."
