@@ -232,6 +232,11 @@ def test_without_psutil_the_checks_are_off_in_one_note(monkeypatch: pytest.Monke
     assert "not run" in str(c)
     assert memory_trend.read_rss_mb() is None
     sampler = memory_trend.MemorySampler(every=1)
+    sampler.sample(1)  # Linux: /proc/self/statm needs no psutil
+    assert bool(sampler.trend().mb) == (memory_trend.StatmReader.open() is not None)
+    sampler.close()
+    monkeypatch.setattr(memory_trend.StatmReader, "open", classmethod(lambda cls: None))  # macOS, Windows
+    sampler = memory_trend.MemorySampler(every=1)
     sampler.sample(1)
     assert not sampler.trend().mb and sampler.next_step > 10**9  # off, for the rest of the run
     assert usable_cpus() >= 1  # affinity still read without psutil

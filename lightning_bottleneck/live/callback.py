@@ -50,7 +50,9 @@ class BottleneckCallback(Callback):
 
     A ``torch.profiler`` window of ``wait`` + ``warmup`` + ``active`` training steps (after ``skip_first``)
     is driven by the batch hooks; every recorded ``ProfilerStep`` covers one whole training step including
-    the fetch of its batch. Outside the window the callback only reads ``time.perf_counter`` twice per step.
+    the fetch of its batch. After the window the callback's batch hooks leave Lightning's hook calls and the fit
+    ledger times each step (two ``time.perf_counter`` reads); on a CPU run the sync hooks are taken out after the
+    mid-run verdict (a CPU tensor's read costs nothing).
     A few steps after the window it prints a verdict on global rank zero (training goes on); at the end of
     ``fit`` (also when fit dies of an exception) it refreshes it, writes a JSON report and an HTML page, and
     puts the verdict, evidence and advice in TensorBoard next to the traces in the PyTorch Profiler tab.
@@ -69,7 +71,7 @@ class BottleneckCallback(Callback):
         track_syncs: time host-device synchronisations (``.item()``, ``.cpu()``, ``print(tensor)``, ...) and
             name the user's line (about a microsecond per such call; nothing for other code).
         log_every_n_steps: how often to log ``bottleneck/*`` scalars; ``None`` follows the Trainer's
-            ``log_every_n_steps``; ``0`` turns scalars off.
+            ``log_every_n_steps``, at most twice a second; ``0`` turns scalars off.
         output_dir: where traces go; default ``<log_dir>/bottleneck`` (a run in TensorBoard's profiler tab).
         report_path: the JSON report; default ``<log_dir>/bottleneck_report.json``.
         verbose: what global rank zero prints: ``None`` (default) the short answer (at most 12 lines: the verdict,

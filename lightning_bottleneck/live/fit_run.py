@@ -32,6 +32,7 @@ from lightning_bottleneck.live.profiler_window import ProfilerWindow, worker_nam
 from lightning_bottleneck.live.publishing import exit_note, has_tensorboard_logger, publish
 from lightning_bottleneck.live.run_inspection import memory_stats
 from lightning_bottleneck.live.run_options import RunOptions
+from lightning_bottleneck.live.step_feed import SCALARS_MIN_GAP_S, after_step, back_to_hooks, go_hookless
 from lightning_bottleneck.live.timing import StepTimer
 from lightning_bottleneck.live.verdict_cycle import (
     against_midrun,
@@ -48,7 +49,6 @@ from lightning_bottleneck.measure.contention import take_snapshot
 from lightning_bottleneck.measure.memory_trend import MemorySampler
 from lightning_bottleneck.measure.stage import measure, window_check
 from lightning_bottleneck.report import Report
-from lightning_bottleneck.vocabulary import NAMESPACE
 
 REPORT_FILENAME = "bottleneck_report.json"
 TRACE_SUBDIR = "bottleneck"  # a run in torch-tb-profiler's run list: <log_dir>/bottleneck
@@ -86,6 +86,7 @@ class FitRun:
         self.notes: list[str] = []
         self.tracker: Any = None
         self.scalar_every = 0
+        self.scalar_gap_s, self.scalar_next_t = 0.0, 0.0  # the scalars' time floor (live/step_feed.py)
         self.rank = 0
         self.world_size = 1
         self.gather = RankGather(options.gather_timeout)
@@ -111,6 +112,8 @@ class FitRun:
         self.midrun_report: Report | None = None
         self.report: Report | None = None
         self.autotune: Any = None  # live/autotune.py's Autotuner, with autotune=True only
+        self.trainer: Any = None  # from train start, for the ledger-fed step ends (live/step_feed.py)
+        self.pl_module: Any = None
         if options.autotune:
             from lightning_bottleneck.live.autotune import Autotuner
 
@@ -136,9 +139,11 @@ class FitRun:
         """Read the run's configuration, install the sync hooks, set up the gather, start the window."""
         from lightning_bottleneck.live.run_inspection import environment, run_config
 
+        self.trainer, self.pl_module = trainer, pl_module
         self.config = run_config(trainer, pl_module)
         self.env = environment(trainer, self.config)
         every = self.options.log_every_n_steps
+        self.scalar_gap_s = SCALARS_MIN_GAP_S if every is None else 0.0  # an explicit cadence is kept exactly
         every = getattr(trainer, "log_every_n_steps", 50) if every is None else every
         self.scalar_every = every if trainer.loggers else 0
         self.world_size = trainer.world_size
@@ -178,6 +183,10 @@ class FitRun:
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.close()
+        back_to_hooks(self)
+        if self.memory is not None:
+            self.memory.close()
+        self.trainer = self.pl_module = None
         ledger, self.ledger = self.ledger, None
         if ledger is not None:
             ledger.uninstall()
@@ -200,21 +209,16 @@ class FitRun:
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         """After the training step: window bookkeeping (inside it), due work and scalars (rarely)."""
-        if self.tracker is not None:
-            self.tracker.step()
         if self.profiling:
             self.batch, self.batch_idx = batch, batch_idx  # a reference, released after the trials
             if self.window.advance():
                 self.profiling = False
                 self.finish_window()
+                go_hookless(self)  # the ledger times the steps from here on, when it can
             elif self.cpu_start is None and self.window.recording():
                 self.window_started()
             self.phase_hooks()
-        steps = self.timer.steps
-        if steps >= self.next_work:
-            self.due(trainer, pl_module)
-        if self.scalar_every and steps % self.scalar_every == 0:
-            self.log_scalars(trainer)
+        after_step(self, trainer, pl_module)
 
     def pause(self) -> None:
         """Time that is not training (validation): out of the step timing and the sync attribution."""
@@ -297,8 +301,11 @@ class FitRun:
             self.collect_analysis()
             self.run_measurements(trainer, pl_module)
         finally:
-            if self.tracker is not None:
-                self.tracker.resume()
+            if (
+                self.tracker is not None
+            ):  # syncs cost nothing on a CPU run: counted until here (rates per step counted)
+                cpu_run = self.config is not None and self.config.accelerator == "cpu"
+                self.tracker.uninstall() if cpu_run else self.tracker.resume()
         report = self.verdict(
             trainer, [self.summary] if self.summary else [], [], list(self.window.trace_files)
         )
@@ -362,17 +369,6 @@ class FitRun:
         """Always-on step times outside the profiled window (its steps cut out of the ring by position)."""
         ring = self.timer.step_ms
         return outside_steps(ring.values(), max(0, ring.n - ring.capacity), self.window_ring)
-
-    def log_scalars(self, trainer: pl.Trainer) -> None:
-        median_ms, wait_share = self.timer.rolling(max(1, self.scalar_every))
-        if median_ms <= 0:
-            return
-        metrics = {NAMESPACE + "step_time_ms": median_ms, NAMESPACE + "data_wait_share": wait_share}
-        bs = self.config.batch_size if self.config else None
-        if bs:
-            metrics[NAMESPACE + "samples_per_sec"] = bs * 1000.0 / median_ms
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
 
     # ------------------------------------------------------------------ the end of fit
     def finalize(self, trainer: pl.Trainer, pl_module: pl.LightningModule, gather: bool = True) -> None:

@@ -54,7 +54,7 @@ from lightning.pytorch.profilers import Profiler
 from lightning_bottleneck.analysis.ledger import FitLedger, HookTime
 from lightning_bottleneck.categories import FitPart
 from lightning_bottleneck.live.ledger_actions import ActionClassifier
-from lightning_bottleneck.live.ledger_clock import PART_SLOT, SlotClock, Timed
+from lightning_bottleneck.live.ledger_clock import PART_SLOT, SlotClock, StepFeed, Timed
 from lightning_bottleneck.live.ledger_profiler import LedgerProfiler
 from lightning_bottleneck.thresholds import NO_CHANGE_BAND
 
@@ -113,6 +113,9 @@ class LiveLedger:
         self.s_log_metrics = c.new_slot(FitPart.LOGGING, "log_metrics")
         self.s_self_log = c.new_slot(FitPart.LOGGING, "self.log")
         self.s_diagnosis = i[FitPart.DIAGNOSIS]
+        self.diagnosis = Timed(c, self.s_diagnosis)  # this package's work inside a step (live/step_feed.py)
+        # told each training step's start and end once the callback's batch hooks are out (live/step_feed.py)
+        self.feed: StepFeed | None = None
         self.epoch_depth = -1
         self.first_fetch = False
         self.in_sanity = False
@@ -167,7 +170,7 @@ class LiveLedger:
         self._wrap(connector, "log_metrics", self._timed(self.s_log_metrics))
         if not _compiled(self.pl_module):  # torch.compile would trace the wrapper inside the step
             for name in ("log", "log_dict"):
-                self._wrap(self.pl_module, name, self._timed(self.s_self_log), late=True)
+                self._wrap(self.pl_module, name, self._timed_late(self.pl_module, name, self.s_self_log))
 
     def uninstall(self) -> None:
         """Put the user's profiler back and remove every bound; safe to call twice, never raises."""
@@ -187,23 +190,12 @@ class LiveLedger:
         obj: Any,
         name: str,
         around: Callable[[Callable[..., Any]], Callable[..., Any]],
-        late: bool = False,
     ) -> None:
-        """Shadow ``obj.name`` by an instance attribute for the fit (skipped when the version lacks it).
-
-        ``late``: the class's method is looked up at each call, not bound now, so that a patch of the class made
-        after this (the sync tracker's ``LightningModule.log``, installed at train start) still runs."""
+        """Shadow ``obj.name`` by an instance attribute for the fit (skipped when the version lacks it)."""
         original = getattr(obj, name, None)
         if original is None or not callable(original) or name in vars(obj):
             return
-        target = original
-        if late:
-            cls = type(obj)
-
-            def target(*args: Any, **kwargs: Any) -> Any:
-                return getattr(cls, name)(obj, *args, **kwargs)
-
-        wrapped = functools.wraps(original)(around(target))
+        wrapped = functools.wraps(original)(around(original))
         object.__setattr__(obj, name, wrapped)  # nn.Module's __setattr__ is not needed for a function
         self._patched.append((obj, name))
 
@@ -214,6 +206,24 @@ class LiveLedger:
             def timed(*args: Any, **kwargs: Any) -> Any:
                 with ctx:
                     return fn(*args, **kwargs)
+
+            return timed
+
+        return around
+
+    def _timed_late(
+        self, obj: Any, name: str, slot: int
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """:meth:`_timed` that looks the class's method up at each call, not bound now, so that a patch of the
+        class made after this (the sync tracker's ``LightningModule.log``, installed at train start, taken out
+        after the mid-run verdict on a CPU run) still runs; one frame for both (``self.log`` runs several times a
+        step)."""
+        ctx, cls = Timed(self.clock, slot), type(obj)
+
+        def around(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                with ctx:
+                    return getattr(cls, name)(obj, *args, **kwargs)
 
             return timed
 

@@ -94,8 +94,9 @@ class _TrainFetch:
         led.first_fetch = False
 
 
-class _StepEnd:
-    """``LightningModule.on_train_batch_end`` (always called): the step ends when it returns."""
+class _StepStart:
+    """``LightningModule.on_train_batch_start`` (always called, right after the callbacks' own): the step's
+    start for the ledger's feed, when it has one."""
 
     __slots__ = ("ledger",)
 
@@ -103,7 +104,27 @@ class _StepEnd:
         self.ledger = ledger
 
     def __enter__(self) -> None:
+        feed = self.ledger.feed
+        if feed is not None:
+            feed.step_started()
+
+    def __exit__(self, *exc: object) -> None:
         return None
+
+
+class _StepEnd:
+    """``LightningModule.on_train_batch_end`` (always called, right after the callbacks' own): the step ends
+    when it returns; its start tells the ledger's feed, when it has one."""
+
+    __slots__ = ("ledger",)
+
+    def __init__(self, ledger: LiveLedger) -> None:
+        self.ledger = ledger
+
+    def __enter__(self) -> None:
+        feed = self.ledger.feed
+        if feed is not None:
+            feed.step_ended()
 
     def __exit__(self, *exc: object) -> None:
         led = self.ledger
@@ -150,6 +171,9 @@ class ActionClassifier:
         self.ledger = ledger
         self.hook_slots: dict[str, int] = {}
         self.by_key: dict[str, Callback] = {}
+        # the LightningModule's batch hooks have been seen (1: on_train_batch_start, 2: on_train_batch_end):
+        # with both, the ledger can tell every training step's start and end (live/step_feed.py)
+        self.step_marks = 0
 
     def index_callbacks(self) -> None:
         self.by_key = {}
@@ -172,7 +196,11 @@ class ActionClassifier:
         if name.startswith("[LightningModule]"):
             hook = name.rsplit(".", 1)[-1]
             if hook == "on_train_batch_end":
+                self.step_marks |= 2
                 return _StepEnd(led)
+            if hook == "on_train_batch_start":
+                self.step_marks |= 1
+                return _StepStart(led)
             return UNTIMED
         if name.startswith("[Strategy]"):
             hook = name.rsplit(".", 1)[-1]

@@ -10,10 +10,11 @@ profiler hands Lightning for an action (see :mod:`lightning_bottleneck.live.ledg
 from __future__ import annotations
 
 from time import perf_counter
+from typing import Protocol
 
 from lightning_bottleneck.categories import FitPart
 
-__all__ = ["PARTS", "PART_SLOT", "UNTIMED", "Count", "SlotClock", "Timed"]
+__all__ = ["PARTS", "PART_SLOT", "UNTIMED", "Count", "SlotClock", "StepFeed", "Timed"]
 
 #: Every part, in order: the clock's first slots are the parts themselves, ``PART_SLOT[part]`` each.
 PARTS = list(FitPart)
@@ -75,6 +76,14 @@ class SlotClock:
         self.acc[self.cur] += now - self.t
         self.t = now
         return now - self.t0
+
+
+class StepFeed(Protocol):
+    """Told each training step's start and end by the ledger's contexts (:mod:`lightning_bottleneck.live.step_feed`)."""
+
+    def step_started(self) -> None: ...
+
+    def step_ended(self) -> None: ...
 
 
 class _Untimed:

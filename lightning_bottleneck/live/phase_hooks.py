@@ -1,6 +1,8 @@
 """The callback's optional hooks, in and out of Lightning's hook calls: the one place its hooks are removed.
 
 The epoch-end hook serves autotune alone (:data:`AUTOTUNE_HOOKS`): out of the calls unless ``autotune=True``.
+The two batch hooks (:data:`STEP_HOOKS`) are out of the calls after the profiling window when the fit ledger
+tells each step's start and end instead (:mod:`lightning_bottleneck.live.step_feed`).
 Three hooks only label the phases of recorded steps (:data:`PHASE_HOOKS`). While the torch profiler does not
 run (before the window, after it: the whole fit but ~15 steps) they have nothing to do, and are taken out of
 Lightning's hook calls (issue 18: each call, with its profiler action, costs 5-15 us a step after a CPU step has
@@ -14,14 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AUTOTUNE_HOOKS", "PHASE_HOOKS", "REMOVABLE_HOOKS", "set_hooks", "set_phase_hooks"]
+__all__ = ["AUTOTUNE_HOOKS", "PHASE_HOOKS", "REMOVABLE_HOOKS", "STEP_HOOKS", "set_hooks", "set_phase_hooks"]
 
 #: The hooks that open and close phase labels inside a training step.
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 #: The hooks that serve ``autotune=True`` alone: without it, not in Lightning's hook calls at all.
 AUTOTUNE_HOOKS = ("on_train_epoch_end",)
+#: The batch hooks: out of Lightning's hook calls after the window, when the ledger times the steps
+#: (:mod:`lightning_bottleneck.live.step_feed`).
+STEP_HOOKS = ("on_train_batch_start", "on_train_batch_end")
 #: Every hook this module may take out (instance attributes, never pickled with the callback's options).
-REMOVABLE_HOOKS = PHASE_HOOKS + AUTOTUNE_HOOKS
+REMOVABLE_HOOKS = PHASE_HOOKS + AUTOTUNE_HOOKS + STEP_HOOKS
 
 
 def set_phase_hooks(callback: Any, on: bool) -> None:

@@ -83,10 +83,11 @@ class StepTimer:
         elif self._prev_end is not None and not self._tainted:
             self.wait_ms.push((now - self._prev_end) * 1e3)
 
-    def batch_end(self) -> None:
+    def batch_end(self) -> bool:
+        """The step ends now; False (nothing counted) when no step started since the last end."""
         now = perf_counter()
         if self._start is None:
-            return
+            return False
         self.steps += 1
         if not self._first_in_epoch and self._prev_end is not None and not self._tainted:
             self.step_ms.push((now - self._prev_end) * 1e3)
@@ -94,6 +95,7 @@ class StepTimer:
         self._prev_end = now
         self._tainted = False
         self._start = None
+        return True
 
     def pause(self) -> None:
         """Something that is not training (the validation loop) runs before the next batch: skip it."""

@@ -27,7 +27,14 @@ from lightning_bottleneck.output.picture import IMAGE_TAG
 from lightning_bottleneck.report import Report
 from lightning_bottleneck.vocabulary import NAMESPACE
 
-__all__ = ["log_png", "publish_picture", "publish_scalars", "text_to_child", "verdict_scalars"]
+__all__ = [
+    "log_png",
+    "publish_picture",
+    "publish_scalars",
+    "step_scalars",
+    "text_to_child",
+    "verdict_scalars",
+]
 
 
 def verdict_scalars(report: Report) -> dict[str, float]:
@@ -61,6 +68,19 @@ def verdict_scalars(report: Report) -> dict[str, float]:
 
 def publish_scalars(trainer: Any, report: Report) -> None:
     metrics = verdict_scalars(report)
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=trainer.global_step)
+
+
+def step_scalars(run: Any, trainer: Any) -> None:
+    """The rolling step time, data-wait share and throughput to the loggers (every ``log_every_n_steps``)."""
+    median_ms, wait_share = run.timer.rolling(max(1, run.scalar_every))
+    if median_ms <= 0:
+        return
+    metrics = {NAMESPACE + "step_time_ms": median_ms, NAMESPACE + "data_wait_share": wait_share}
+    bs = run.config.batch_size if run.config else None
+    if bs:
+        metrics[NAMESPACE + "samples_per_sec"] = bs * 1000.0 / median_ms
     for logger in trainer.loggers:
         logger.log_metrics(metrics, step=trainer.global_step)
 
