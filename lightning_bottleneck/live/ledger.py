@@ -170,7 +170,7 @@ class LiveLedger:
         self._wrap(connector, "log_metrics", self._timed(self.s_log_metrics))
         if not _compiled(self.pl_module):  # torch.compile would trace the wrapper inside the step
             for name in ("log", "log_dict"):
-                self._wrap(self.pl_module, name, self._timed_late(self.pl_module, name, self.s_self_log))
+                self._wrap(self.pl_module, name, self._timed(self.s_self_log, late=(self.pl_module, name)))
 
     def uninstall(self) -> None:
         """Put the user's profiler back and remove every bound; safe to call twice, never raises."""
@@ -199,31 +199,37 @@ class LiveLedger:
         object.__setattr__(obj, name, wrapped)  # nn.Module's __setattr__ is not needed for a function
         self._patched.append((obj, name))
 
-    def _timed(self, slot: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        ctx = Timed(self.clock, slot)
-
-        def around(fn: Callable[..., Any]) -> Callable[..., Any]:
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                with ctx:
-                    return fn(*args, **kwargs)
-
-            return timed
-
-        return around
-
-    def _timed_late(
-        self, obj: Any, name: str, slot: int
+    def _timed(
+        self, slot: int, late: tuple[Any, str] | None = None
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """:meth:`_timed` that looks the class's method up at each call, not bound now, so that a patch of the
+        """A wrapper that times its call in ``slot``: :class:`Timed`'s clock moves inlined in one frame (a
+        ``with`` would add two more calls: these run several times a step).
+
+        ``late=(obj, name)``: the class's method is looked up at each call, not bound now, so that a patch of the
         class made after this (the sync tracker's ``LightningModule.log``, installed at train start, taken out
-        after the mid-run verdict on a CPU run) still runs; one frame for both (``self.log`` runs several times a
-        step)."""
-        ctx, cls = Timed(self.clock, slot), type(obj)
+        after the mid-run verdict on a CPU run) still runs."""
+        c = self.clock
+        cls, name = (type(late[0]), late[1]) if late is not None else (None, "")
+        obj = late[0] if late is not None else None
 
         def around(fn: Callable[..., Any]) -> Callable[..., Any]:
             def timed(*args: Any, **kwargs: Any) -> Any:
-                with ctx:
+                now = perf_counter()
+                c.acc[c.cur] += now - c.t
+                c.t = now
+                c.stack.append(c.cur)
+                c.cur = slot
+                c.calls[slot] += 1
+                try:
+                    if cls is None:
+                        return fn(*args, **kwargs)
                     return getattr(cls, name)(obj, *args, **kwargs)
+                finally:
+                    now = perf_counter()
+                    c.acc[c.cur] += now - c.t
+                    c.t = now
+                    if c.stack:
+                        c.cur = c.stack.pop()
 
             return timed
 

@@ -106,7 +106,10 @@ class _StepStart:
     def __enter__(self) -> None:
         feed = self.ledger.feed
         if feed is not None:
-            feed.step_started()
+            try:
+                feed.step_started()
+            except Exception as err:
+                feed.failed("step start", err)
 
     def __exit__(self, *exc: object) -> None:
         return None
@@ -124,7 +127,10 @@ class _StepEnd:
     def __enter__(self) -> None:
         feed = self.ledger.feed
         if feed is not None:
-            feed.step_ended()
+            try:
+                feed.step_ended()
+            except Exception as err:
+                feed.failed("step end", err)
 
     def __exit__(self, *exc: object) -> None:
         led = self.ledger

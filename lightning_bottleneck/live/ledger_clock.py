@@ -79,11 +79,14 @@ class SlotClock:
 
 
 class StepFeed(Protocol):
-    """Told each training step's start and end by the ledger's contexts (:mod:`lightning_bottleneck.live.step_feed`)."""
+    """Told each training step's start and end by the ledger's contexts, and what went wrong in either
+    (:mod:`lightning_bottleneck.live.step_feed`)."""
 
     def step_started(self) -> None: ...
 
     def step_ended(self) -> None: ...
+
+    def failed(self, where: str, err: Exception) -> None: ...
 
 
 class _Untimed:

@@ -37,38 +37,28 @@ SCALARS_MIN_GAP_S = 0.5
 
 
 class StepFeed:
-    """The callback's batch-hook work, told by the ledger; an internal error disables the callback (one
-    warning, training goes on) as the hooks' own guard does."""
+    """The callback's batch-hook work, told by the ledger (one frame each: ``step_started`` is the timer's own
+    method); an internal error disables the callback (one warning, training goes on) as the hooks' own guard
+    does, through :meth:`failed`, which the ledger's contexts call."""
 
-    __slots__ = ("owner", "run")
+    __slots__ = ("diagnosis", "owner", "run", "step_started")
 
     def __init__(self, owner: Any, run: Any) -> None:
         self.owner = owner
         self.run = run
-
-    def step_started(self) -> None:
-        if self.owner._disabled:
-            return
-        try:
-            self.run.timer.batch_start()
-        except Exception as err:
-            self.owner._disable(f"step start (ledger): {type(err).__name__}: {err}")
+        self.step_started = run.timer.batch_start
+        self.diagnosis = run.ledger.diagnosis if run.ledger is not None else None
 
     def step_ended(self) -> None:
-        if self.owner._disabled:
-            return
-        try:
-            _step_ended(self.run)
-        except Exception as err:
-            self.owner._disable(f"step end (ledger): {type(err).__name__}: {err}")
+        """:meth:`FitRun.batch_end` outside the window; the work due in the ledger's diagnosis slot (this
+        package's time, not the step's, as in the callback's own hook)."""
+        run = self.run
+        if run.timer.batch_end():
+            after_step(run, run.trainer, run.pl_module, self.diagnosis)
 
-
-def _step_ended(run: Any) -> None:
-    """:meth:`FitRun.batch_end` outside the window, its due work in the ledger's diagnosis slot (this package's
-    time, not the step's, as in the callback's own hook)."""
-    if run.timer.batch_end():
-        ledger = run.ledger
-        after_step(run, run.trainer, run.pl_module, ledger.diagnosis if ledger is not None else None)
+    def failed(self, where: str, err: Exception) -> None:
+        if not self.owner._disabled:
+            self.owner._disable(f"{where} (ledger): {type(err).__name__}: {err}")
 
 
 def after_step(run: Any, trainer: Any, pl_module: Any, diagnosis: Any = None) -> None:
