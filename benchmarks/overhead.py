@@ -407,9 +407,11 @@ def print_markdown(
 class AlwaysOnSwitch(pl.Callback):
     """Switches the callback's always-on path off and on every training step (from ``SWITCH_FROM`` on): its
     hooks (shadowed by ``None``, which Lightning's hook dispatch skips), the sync hooks (uninstalled) and the
-    whole-fit ledger (the user's profiler and Lightning's own methods back). First in the callback list, so
-    that the callback's own batch-start hook follows the switch; the time the switching takes is recorded
-    and left out."""
+    whole-fit ledger (the user's profiler and Lightning's own methods back, its step feed gone). Each is
+    switched only as the fit has it at ``SWITCH_FROM``: the batch hooks are out of Lightning's calls by then
+    (the ledger times the steps) and a CPU run's sync hooks are gone after the mid-run verdict. First in the
+    callback list, so that the callback's own batch-start hook follows the switch; the time the switching takes
+    is recorded and left out."""
 
     HOOKS = ("on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
              "on_train_batch_end", "on_train_epoch_start", "on_validation_start", "on_validation_end")  # fmt: skip
@@ -422,6 +424,8 @@ class AlwaysOnSwitch(pl.Callback):
         self.switch_s: list[float] = []
         self._kept: dict[str, Any] = {}
         self._ledger_attrs: list[tuple[Any, str, Any]] = []
+        self._tracker_live = False
+        self._feed: Any = None
 
     def _set(self, trainer: Any, on: bool) -> None:
         cb, run = self.cb, self.cb._run
@@ -432,7 +436,7 @@ class AlwaysOnSwitch(pl.Callback):
                     cb.__dict__[h] = self._kept[h]
             else:
                 cb.__dict__[h] = None
-        if run.tracker is not None:
+        if run.tracker is not None and self._tracker_live:
             (run.tracker.install if on else run.tracker.uninstall)()
         led = run.ledger
         if led is not None:
@@ -441,7 +445,9 @@ class AlwaysOnSwitch(pl.Callback):
                     object.__setattr__(obj, name, val)
                 self._ledger_attrs = []
                 trainer.profiler = led.profiler
+                led.feed = self._feed
             else:
+                led.feed = None
                 self._ledger_attrs = [(o, n, vars(o)[n]) for o, n in led._patched if n in vars(o)]
                 for o, n, _ in self._ledger_attrs:
                     delattr(o, n)
@@ -453,6 +459,9 @@ class AlwaysOnSwitch(pl.Callback):
         step = trainer.global_step
         if step == self.SWITCH_FROM:
             self._kept = {h: self.cb.__dict__[h] for h in self.HOOKS if h in self.cb.__dict__}
+            run = self.cb._run
+            self._tracker_live = run.tracker is not None and run.tracker.installed
+            self._feed = run.ledger.feed if run.ledger is not None else None
         if step >= self.SWITCH_FROM:
             self._set(trainer, step % 2 == 0)
         self.states.append(self.on)

@@ -69,7 +69,8 @@ class BottleneckCallback(Callback):
         with_stack: record Python stacks (the most expensive option: can double step time in the window and
             makes traces several times larger).
         track_syncs: time host-device synchronisations (``.item()``, ``.cpu()``, ``print(tensor)``, ...) and
-            name the user's line (about a microsecond per such call; nothing for other code).
+            name the user's line (about a microsecond per such call; nothing for other code); on a CPU run, where
+            they cost nothing, until the mid-run verdict.
         log_every_n_steps: how often to log ``bottleneck/*`` scalars; ``None`` follows the Trainer's
             ``log_every_n_steps``, at most twice a second; ``0`` turns scalars off.
         output_dir: where traces go; default ``<log_dir>/bottleneck`` (a run in TensorBoard's profiler tab).

@@ -301,9 +301,8 @@ class FitRun:
             self.collect_analysis()
             self.run_measurements(trainer, pl_module)
         finally:
-            if (
-                self.tracker is not None
-            ):  # syncs cost nothing on a CPU run: counted until here (rates per step counted)
+            # syncs cost nothing on a CPU run: counted until here (the sites' rates are per step counted)
+            if self.tracker is not None:
                 cpu_run = self.config is not None and self.config.accelerator == "cpu"
                 self.tracker.uninstall() if cpu_run else self.tracker.resume()
         report = self.verdict(
