@@ -2,8 +2,8 @@
 
 Lightning calls each callback hook through ``_call_callback_hooks``: the hook's profiler action with its name
 built from ``state_key``, then the call. On a CPU step that has just evicted the interpreter's caches that is
-what two *empty* batch hooks cost: 8-24 us a step on a 0.9 ms step (``benchmarks/overhead.py``'s
-``--tiny`` fit, several runs), 1-3% of the fit for nothing. After the window the callback's batch hooks only
+what two *empty* batch hooks cost: 22.7 us a step of 0.93 ms (``benchmarks/tiny_steps.py``, 7 rounds; 8-24 us
+in single probes), 2.4% of the fit for nothing. After the window the callback's batch hooks only
 time the step and look whether work is due (a memory sample, the mid-run verdict, autotune's switch), and the
 fit ledger's profiler already sees every step's ``LightningModule`` hooks ``on_train_batch_start`` and
 ``on_train_batch_end``: Lightning calls them whether the module overrides them or not, right after the
