@@ -3,8 +3,9 @@
 :class:`MemorySampler` keeps at most ``capacity`` samples (step, MB) for the whole fit: when the buffer is
 full it keeps every other sample and doubles its interval, so a run of any length is covered from its
 first step to its last in bounded memory. A sample is one RSS read (Linux: one ``pread`` of
-``/proc/self/statm``, :class:`StatmReader`; elsewhere ``psutil``, tens of microseconds) or, on CUDA, ``torch.cuda.memory_allocated`` (a counter read, no sync), every ``every`` steps; the per-step
-cost is one integer comparison in the callback. :class:`MemoryTrend` is the pure result the rule
+``/proc/self/statm``, :class:`StatmReader`; elsewhere ``psutil``, tens of microseconds) or, on CUDA,
+``torch.cuda.memory_allocated`` (a counter read, no sync), every ``every`` steps; the per-step cost is one
+integer comparison in the callback. :class:`MemoryTrend` is the pure result the rule
 :mod:`lightning_bottleneck.rules.memory_creep` reads. Torch-free: the device reader is passed in.
 
 Example::
