@@ -766,3 +766,43 @@ def test_a_waiting_loads_count_timed_with_the_step_also_times_a_short_epoch_from
         EPOCH_TIMING_MAX_BATCHES + 1,
     )  # fmt: skip
     assert long is not None and long.epoch_s is None
+
+
+class _Stall(Dataset):
+    """Fast in-process samples, one of which stalls (a page fault, a busy core)."""
+
+    def __init__(self, n: int, stall_at: int, stall_s: float) -> None:
+        self.x = torch.randn(n, 8)
+        self.stall_at, self.stall_s = stall_at, stall_s
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i == self.stall_at:
+            time.sleep(self.stall_s)
+        return self.x[i]
+
+
+def test_a_fast_in_process_loader_closes_its_window_once_its_rate_settles() -> None:
+    """Issue 29 (tiny_linear: 8 300 batches of 30 us filled the loader-alone window's 0.25 s, most of what the
+    diagnosis cost a 27 s fit): num_workers=0 stops once the window's two halves agree within SETTLED_BAND, after
+    SETTLED_MIN_S; a stall in the window keeps it open to MIN_MEASURE_S; with workers nothing changes."""
+    from lightning_bottleneck.measure.loader_rung import SETTLED_MIN_S, time_rung
+
+    def timed(dataset: Dataset, workers: int = 0) -> Rung:
+        ladder = LoaderLadder(budget_s=5.0, usable_cpus=2)
+        plan = plan_probe(DataLoader(dataset, batch_size=8), ladder, seed=0)
+        assert plan is not None
+        rung = time_rung(plan, workers, 2 if workers else None, time.perf_counter() + 5.0, 5.0, 0, ladder, [])
+        assert rung is not None, ladder.notes
+        return rung
+
+    fast = timed(TensorDataset(torch.randn(200_000, 8)))
+    assert SETTLED_MIN_S <= fast.measured_s < MIN_MEASURE_S, fast
+    assert fast.cpu_share is not None and fast.cpu_share > 0.5  # still tells CPU-bound loading
+    # a 60 ms stall 1 000 batches in (~16 ms into the window, before it could settle at SETTLED_MIN_S): the halves
+    # disagree by the stall until MIN_MEASURE_S
+    stalled = timed(_Stall(400_000, 8_000, 0.06))
+    assert stalled.measured_s >= MIN_MEASURE_S, stalled
+    assert timed(TensorDataset(torch.randn(200_000, 8)), workers=1).measured_s >= MIN_MEASURE_S

@@ -20,12 +20,31 @@ from lightning_bottleneck.measure.loader_factory import (
     shutdown_workers,
 )
 
-__all__ = ["MIN_MEASURE_S", "MIN_ROUNDS", "RUNG_BUDGET_SHARE", "affordable", "time_rung"]
+__all__ = [
+    "MIN_MEASURE_S",
+    "MIN_ROUNDS",
+    "RUNG_BUDGET_SHARE",
+    "SETTLED_BAND",
+    "SETTLED_CHUNK",
+    "SETTLED_MIN_S",
+    "affordable",
+    "time_rung",
+]
 
 # A rung is measured well enough after this many rounds of batches (a round = one batch per worker)
 # spanning at least this long; the first round (start-up) is never counted.
 MIN_ROUNDS = 2
 MIN_MEASURE_S = 0.25
+# The loader alone in this process (num_workers=0: one batch after the other) closes its window sooner once its
+# rate has settled: the window's two halves, split at a multiple of SETTLED_CHUNK batches, took times within
+# SETTLED_BAND of each other, over SETTLED_MIN_S at least. A fast in-process loader has then told what the rest of
+# MIN_MEASURE_S would (tiny_linear: 8 300 batches of 30 us in 0.25 s, 0.25 of the 0.41 s its diagnosis cost a 27 s
+# fit, benchmarks/autotune_payoff.py); a stall or a busy core in either half (a 10 ms hiccup is 40% of a 50 ms
+# half-window) keeps the window open to MIN_MEASURE_S as before. Slower loaders (a few ms a batch) reach
+# MIN_MEASURE_S first: nothing changes for them.
+SETTLED_CHUNK = 128
+SETTLED_BAND = 0.05
+SETTLED_MIN_S = 0.05
 # ... and it never takes more than this share of the whole budget, so the ladder gets several rungs.
 RUNG_BUDGET_SHARE = 0.35
 # With the step, a rung runs on (within its deadline) to an epoch's batches when the epoch is at most this many
@@ -80,6 +99,8 @@ def time_rung(
         else 0
     )
     epoch_s: float | None = None
+    settle = consume is None and workers == 0
+    marks: list[float] = []  # the time at every SETTLED_CHUNK-th batch of the window (settle only)
     it: Any = None
     t0 = time.perf_counter()
     t_iter = t0
@@ -120,6 +141,10 @@ def time_rung(
                 rounds = (fetched - n_open) // round_size
                 if rounds >= MIN_ROUNDS and now - t_open >= MIN_MEASURE_S and fetched >= epoch_at:
                     break
+                if settle and (fetched - n_open) % SETTLED_CHUNK == 0:
+                    marks.append(now)
+                    if _settled(t_open, marks):
+                        break
         cpu_close = _cpu(pids)
     except Exception as err:  # a worker crash, an unpicklable dataset under spawn, a timeout, a failing step
         what = "Timing with the training step" if consume is not None else "Loader probe"
@@ -166,6 +191,16 @@ def time_rung(
         spawn_s=t_iter - t0,
         epoch_s=epoch_s,
     )
+
+
+def _settled(t_open: float, marks: list[float]) -> bool:
+    """Whether a window opened at ``t_open``, with ``marks`` every SETTLED_CHUNK batches since, has settled: an even
+    number of chunks over SETTLED_MIN_S at least, whose two halves took times within SETTLED_BAND of each other."""
+    k = len(marks)
+    if k < 2 or k % 2 or marks[-1] - t_open < SETTLED_MIN_S:
+        return False
+    first, second = marks[k // 2 - 1] - t_open, marks[-1] - marks[k // 2 - 1]
+    return first > 0 and second > 0 and max(first, second) <= min(first, second) * (1.0 + SETTLED_BAND)
 
 
 def _cpu(worker_pids: list[int]) -> tuple[float, float] | None:
