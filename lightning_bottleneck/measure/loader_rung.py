@@ -39,8 +39,8 @@ MIN_MEASURE_S = 0.25
 # rate has settled: the window's two halves, split at a multiple of SETTLED_CHUNK batches, took times within
 # SETTLED_BAND of each other, over SETTLED_MIN_S at least. A fast in-process loader has then told what the rest of
 # MIN_MEASURE_S would (tiny_linear: 8 300 batches of 30 us in 0.25 s, 0.25 of the 0.41 s its diagnosis cost a 27 s
-# fit, benchmarks/autotune_payoff.py); a stall or a busy core in either half (a 10 ms hiccup is 40% of a 50 ms
-# half-window) keeps the window open to MIN_MEASURE_S as before. Slower loaders (a few ms a batch) reach
+# fit, benchmarks/autotune_payoff.py); a stall or a busy core in either half (a 10 ms hiccup is 40% of the 25 ms
+# half of a 50 ms window) keeps the window open to MIN_MEASURE_S as before. Slower loaders (a few ms a batch) reach
 # MIN_MEASURE_S first: nothing changes for them.
 SETTLED_CHUNK = 128
 SETTLED_BAND = 0.05
@@ -85,7 +85,8 @@ def time_rung(
     """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
     ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out; with
     ``epoch_batches`` too (at most EPOCH_TIMING_MAX_BATCHES), the rung runs on to that many batches within its
-    deadline and times them as an epoch (:attr:`Rung.epoch_s`)."""
+    deadline and times them as an epoch (:attr:`Rung.epoch_s`). The loader alone without workers stops sooner once
+    its rate has settled (SETTLED_CHUNK, SETTLED_BAND, SETTLED_MIN_S)."""
     rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, MIN_MEASURE_S))
     dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
     round_size = max(1, workers)
