@@ -100,3 +100,27 @@ def test_the_applied_speed_up_is_the_median_of_each_rounds_ratio_not_the_ratio_o
     assert o.to_dict()["applied_speedup_of_medians"] == pytest.approx(15665 / 10317, rel=1e-6)
     o.rates["advice"][0] = float("nan")
     assert o.applied_speedup == pytest.approx(statistics.median([15665 / 8253, 11855 / 10317]), rel=1e-6)
+
+
+def test_autotune_benchmark_judges_not_slower_on_each_rounds_ratio() -> None:
+    """benchmarks/autotune_payoff.py's not-slower goal reads each round's untouched / autotuned, their median and a
+    seeded bootstrap interval. Twenty-third session, tiny_linear (6 rounds): 0.991x, the goal held. Twenty-second
+    session's rotated rounds: 0.961x, it did not. A round where the machine slowed between the two fits (the third
+    here) moves the ratio of the medians (0.86x), not the median of the rounds' ratios."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from autotune_payoff import NOT_SLOWER, paired
+
+    untouched = [28.37, 28.25, 28.07, 28.77, 26.71, 26.09]
+    autotuned = [28.9, 27.61, 27.64, 30.41, 26.7, 27.79]
+    held = paired(untouched, autotuned)
+    assert held["median"] == pytest.approx(0.991, abs=5e-4)
+    assert held["median"] >= NOT_SLOWER
+    lo, hi = held["interval"]
+    assert lo <= held["median"] <= hi and hi - lo < 0.1
+    assert held == paired(untouched, autotuned)  # seeded: the same rounds, the same interval
+    missed = paired([25.50, 25.75, 25.16, 25.68], [26.81, 26.79, 25.61, 26.71])
+    assert missed["median"] == pytest.approx(0.961, abs=5e-4) and missed["median"] < NOT_SLOWER
+    before, after = [25.0, 29.0, 25.1], [25.2, 29.2, 29.3]
+    assert statistics.median(before) / statistics.median(after) < NOT_SLOWER
+    assert paired(before, after)["median"] == pytest.approx(25.0 / 25.2)
+    assert paired([1.0, 2.0], [1.0, 2.0])["interval"] is None  # under 3 rounds: no interval
