@@ -20,7 +20,10 @@ them: the default logger and checkpointing, the workload's own intra-op thread s
    (``untouched - autotuned >= 0.8 x (untouched - best)``); elsewhere, and where the best setting saves nothing
    over the rounds, it is never slower than 0.97x of the untouched fit, judged on the rounds' paired ratios
    (:func:`paired`: each round's untouched fit over the same round's autotuned fit, their median and a
-   bootstrap interval), which the machine's drift from one round to the next does not move.
+   bootstrap interval), which the machine's drift from one round to the next does not move; then each variant's
+   fit by phase (:data:`PHASES`, an epoch clock in every fit): before the first epoch, the first epoch (the
+   callback's profiling window, analysis and measurement), the later epochs (its always-on path; autotune's
+   setting once applied), after the last epoch (its verdict and report).
 
     python benchmarks/autotune_payoff.py                                    # all (minutes)
     python benchmarks/autotune_payoff.py --workloads io_wait --repeats 3
@@ -85,6 +88,38 @@ def scaled(name: str, epochs: int, scale: int) -> Any:
     return dataclasses.replace(w, epochs=epochs, data={**w.data, "n": int(w.data["n"]) * scale})
 
 
+#: Where a fit's seconds go, read by an epoch clock in every variant's fit (:func:`child`): the same four hooks
+#: in each, so they cost all variants alike.
+PHASES = ("before_first_epoch", "first_epoch", "later_epochs", "after_last_epoch")
+
+
+def _epoch_clock() -> tuple[Any, list[tuple[str, float]]]:
+    """A callback that marks each epoch's start and end (``perf_counter``), and the marks."""
+    import lightning.pytorch as pl
+
+    marks: list[tuple[str, float]] = []
+
+    class EpochClock(pl.Callback):
+        def on_train_epoch_start(self, *args: Any) -> None:
+            marks.append(("start", time.perf_counter()))
+
+        def on_train_epoch_end(self, *args: Any) -> None:
+            marks.append(("end", time.perf_counter()))
+
+    return EpochClock(), marks
+
+
+def _phases(marks: list[tuple[str, float]], t0: float, t1: float) -> dict[str, float] | None:
+    """:data:`PHASES` of a fit from ``t0`` to ``t1`` by its epochs' marks: before the first epoch (setup), the first
+    epoch (where the callback's profiling window, analysis and measurement run), the later epochs (its
+    always-on path alone), after the last epoch (its verdict and report)."""
+    starts = [t for k, t in marks if k == "start"]
+    ends = [t for k, t in marks if k == "end"]
+    if len(starts) < 2 or len(ends) != len(starts):
+        return None
+    return dict(zip(PHASES, (starts[0] - t0, ends[0] - starts[0], ends[-1] - ends[0], t1 - ends[-1])))
+
+
 def child(
     name: str, variant: str, settings: dict[str, Any], epochs: int, budget: float, out: Path, scale: int = 1
 ) -> None:
@@ -98,7 +133,8 @@ def child(
     if w.one_thread:  # as the scoreboard runs these workloads (payoff_workloads.run)
         torch.set_num_threads(1)
     model, loader, trainer_kw, _ = build(w, settings if variant == "settings" else {})
-    callbacks: list[Any] = []
+    clock, marks = _epoch_clock()
+    callbacks: list[Any] = [clock]
     cb = None
     if variant in ("autotuned", "callback"):
         from lightning_bottleneck import BottleneckCallback
@@ -124,9 +160,10 @@ def child(
     gc.collect()  # the first full collection (~0.3 s) before timing, as payoff_workloads.py does
     t0 = time.perf_counter()
     trainer.fit(model, loader)
-    fit_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
     record = cb.report.autotune.to_dict() if cb is not None and cb.report and cb.report.autotune else None
-    (out / "result.json").write_text(json.dumps({"fit_s": fit_s, "autotune": record}), encoding="utf-8")
+    result = {"fit_s": t1 - t0, "autotune": record, "phases": _phases(marks, t0, t1)}
+    (out / "result.json").write_text(json.dumps(result), encoding="utf-8")
 
 
 def _fit(
@@ -241,6 +278,7 @@ def bench(name: str, epochs: int, repeats: int, budget: float, min_fit_s: float 
     best_key = min(sweep, key=lambda k: sweep[k])
     best = json.loads(best_key)
     times: dict[str, list[float]] = {"untouched": [], "callback": [], "autotuned": [], "best": []}
+    phases: dict[str, list[dict[str, float]]] = {k: [] for k in times}
     records = []
     for i in range(_rounds(repeats, sweep["{}"])):
         for variant in _rotated(["untouched", "callback", "autotuned", "best"], i):
@@ -249,6 +287,8 @@ def bench(name: str, epochs: int, repeats: int, budget: float, min_fit_s: float 
             else:
                 r = _fit(name, variant, {}, epochs, budget, scale)
             times[variant].append(r["fit_s"])
+            if r.get("phases"):
+                phases[variant].append(r["phases"])
             if variant == "autotuned":
                 records.append(r["autotune"])
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -281,6 +321,10 @@ def bench(name: str, epochs: int, repeats: int, budget: float, min_fit_s: float 
         "speedup_vs_callback": against_callback,
         "speedup_paired": speedup_paired,
         "callback_paired": paired(times["untouched"], times["callback"]),
+        "phases_s": phases,
+        "phase_medians_s": {
+            k: {p: statistics.median(x[p] for x in v) for p in PHASES} for k, v in phases.items() if v
+        },
         "recovery": recovery,
         "autotune": records,
         "goal_kind": goal_kind,
@@ -350,6 +394,18 @@ def main(argv: list[str] | None = None) -> None:
             f"| {r['rounds']} | {'yes' if r['goal'] else 'NO'} ({r['goal_kind']}) |",
             flush=True,
         )
+    for r in rows:
+        ph = r["phase_medians_s"]
+        if "untouched" in ph:
+            print(
+                f"  {r['workload']} by phase, median seconds (untouched / callback / autotuned): "
+                + "; ".join(
+                    f"{p.replace('_', ' ')} "
+                    + " / ".join(f"{ph[k][p]:.3f}" for k in ("untouched", "callback", "autotuned") if k in ph)
+                    for p in PHASES
+                ),
+                flush=True,
+            )
     for r in rows:
         sh = r["short"]
         if sh is None:
