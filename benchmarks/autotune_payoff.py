@@ -204,7 +204,7 @@ def paired(before: list[float], after: list[float]) -> dict[str, Any]:
 
     Why paired: the variants of one round run back to back within a few minutes, while the machine's speed drifts
     from one round to the next by more than the 3% the not-slower goal allows (tiny_linear's untouched fit: 25.2-
-    25.8 s in one run of the twenty-second session, 28.3-31.2 s in one of the twenty-third). The median of each
+    25.8 s in one run of the twenty-second session, 26.1-28.8 s in one of the twenty-third). The median of each
     variant's times over the rounds mixes that drift into the ratio of medians; the round's own ratio cancels it."""
     import numpy as np
 
