@@ -191,13 +191,6 @@ def _rotated(variants: list[str], i: int) -> list[str]:
     return variants[k:] + variants[:k]
 
 
-#: Two-sided confidence and seeded resamples of the paired ratios' interval (the package's bootstrap settings,
-#: lightning_bottleneck/bootstrap.py: 95%, 2 000 resamples put the percentiles within ~0.5% of their limit).
-PAIRED_CONFIDENCE = 0.95
-PAIRED_RESAMPLES = 2000
-PAIRED_SEED = 20260
-
-
 def paired(before: list[float], after: list[float]) -> dict[str, Any]:
     """Each round's ``before / after`` (a speed-up: > 1 is faster after), their median and the bootstrap
     percentile interval of that median over the rounds (None under 3 rounds).
@@ -208,14 +201,18 @@ def paired(before: list[float], after: list[float]) -> dict[str, Any]:
     variant's times over the rounds mixes that drift into the ratio of medians; the round's own ratio cancels it."""
     import numpy as np
 
+    # the package's bootstrap settings (95%, 2 000 seeded resamples); its ratio_interval resamples two independent
+    # samples, while a round's two fits are a pair
+    from lightning_bottleneck.bootstrap import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
+
     ratios = [b / a for b, a in zip(before, after) if a > 0 and b > 0]
     out: dict[str, Any] = {"ratios": ratios, "median": statistics.median(ratios) if ratios else None}
     out["interval"] = None
     if len(ratios) >= 3:
-        rng = np.random.default_rng(PAIRED_SEED)
+        rng = np.random.default_rng(BOOTSTRAP_SEED)
         arr = np.asarray(ratios)
-        meds = np.median(arr[rng.integers(0, arr.size, (PAIRED_RESAMPLES, arr.size))], axis=1)
-        tail = (1.0 - PAIRED_CONFIDENCE) / 2.0
+        meds = np.median(arr[rng.integers(0, arr.size, (BOOTSTRAP_RESAMPLES, arr.size))], axis=1)
+        tail = (1.0 - CONFIDENCE) / 2.0
         lo, hi = np.quantile(meds, [tail, 1.0 - tail])
         out["interval"] = (float(lo), float(hi))
     return out

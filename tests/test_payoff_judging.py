@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from advice_payoff import RANGE_WIDTH_MAX, Outcome, judge, kind_of, summary
+from autotune_payoff import NOT_SLOWER, paired
 
 
 def test_a_point_holds_within_twenty_percent_and_not_beyond() -> None:
@@ -107,9 +108,6 @@ def test_autotune_benchmark_judges_not_slower_on_each_rounds_ratio() -> None:
     seeded bootstrap interval. Twenty-third session, tiny_linear (6 rounds): 0.991x, the goal held. Twenty-second
     session's rotated rounds: 0.961x, it did not. A round where the machine slowed between the two fits (the third
     here) moves the ratio of the medians (0.86x), not the median of the rounds' ratios."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from autotune_payoff import NOT_SLOWER, paired
-
     untouched = [28.37, 28.25, 28.07, 28.77, 26.71, 26.09]
     autotuned = [28.9, 27.61, 27.64, 30.41, 26.7, 27.79]
     held = paired(untouched, autotuned)
