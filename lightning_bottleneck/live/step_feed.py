@@ -41,19 +41,20 @@ class StepFeed:
     method); an internal error disables the callback (one warning, training goes on) as the hooks' own guard
     does, through :meth:`failed`, which the ledger's contexts call."""
 
-    __slots__ = ("diagnosis", "owner", "run", "step_started")
+    __slots__ = ("batch_end", "diagnosis", "owner", "run", "step_started")
 
     def __init__(self, owner: Any, run: Any) -> None:
         self.owner = owner
         self.run = run
         self.step_started = run.timer.batch_start
+        self.batch_end = run.timer.batch_end
         self.diagnosis = run.ledger.diagnosis if run.ledger is not None else None
 
     def step_ended(self) -> None:
         """:meth:`FitRun.batch_end` outside the window; the work due in the ledger's diagnosis slot (this
         package's time, not the step's, as in the callback's own hook)."""
-        run = self.run
-        if run.timer.batch_end():
+        if self.batch_end():
+            run = self.run
             after_step(run, run.trainer, run.pl_module, self.diagnosis)
 
     def failed(self, where: str, err: Exception) -> None:
