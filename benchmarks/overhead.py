@@ -472,15 +472,25 @@ class AlwaysOnSwitch(pl.Callback):
             self._set(trainer, True)  # the callback's teardown finds what it installed
 
 
-def always_on_in_fit(steps: int) -> tuple[float, float, float, int]:
+#: ``--in-fit-model``: the fit the always-on path is switched in. ``mlp``: the 3-layer MLP of the other variants
+#: (~5-13 ms steps on the 2-core VM); ``tiny``: a 1-layer model of width 8 on batches of 8 (~1.6 ms steps, most of
+#: it Lightning's own per-step Python), where a few microseconds a step are a share of the step that counts.
+IN_FIT_MODELS = {"mlp": (256, 512, 3, 4096, 64), "tiny": (8, 8, 1, 6400, 8)}
+
+
+def always_on_in_fit(steps: int, model_name: str = "mlp") -> tuple[float, float, float, int]:
     """The always-on path's cost per step inside one callback fit, drift-free: switched off and on every
     step (:class:`AlwaysOnSwitch`), each step's whole time (batch end to batch end, the switching left
     out) set against its neighbour's. Returns (median difference us, its ratio to the median step, the
     median step ms, pairs). A tight loop of the hooks (:func:`hook_cost_ns`) runs with warm caches and
-    reads ~10x lower than the hooks cost after a CPU step."""
+    reads ~10x lower than the hooks cost after a CPU step. The switch is made at each batch start, after the
+    batch's fetch: the fetch's own profiler action runs in the neighbour's state, so the ledger's fetch context
+    (~2 us in a fit) counts against the path once in each pair of steps."""
+    dim, width, depth, samples, batch = IN_FIT_MODELS[model_name]
+    per_epoch = samples // batch
     torch.manual_seed(0)
-    model = Regressor(dim=256, width=512, depth=3)
-    loader = DataLoader(in_memory(4096, 256), batch_size=64, shuffle=True)
+    model = Regressor(dim=dim, width=width, depth=depth)
+    loader = DataLoader(in_memory(samples, dim), batch_size=batch, shuffle=True)
     cb = BottleneckCallback(verbose=False)
     switch, clock = AlwaysOnSwitch(cb), StepClock()
     with tempfile.TemporaryDirectory() as root:
@@ -491,7 +501,7 @@ def always_on_in_fit(steps: int) -> tuple[float, float, float, int]:
     ends = clock.ends
     diffs, steps_ms = [], []
     for i in range(switch.SWITCH_FROM + 2, len(ends) - 1, 2):
-        if i % STEPS_PER_EPOCH in (0, 1) or (i + 1) % STEPS_PER_EPOCH in (0, 1):
+        if i % per_epoch in (0, 1) or (i + 1) % per_epoch in (0, 1):
             continue  # an epoch boundary (checkpoint, loader restart) in either step of the pair
         on = ends[i] - ends[i - 1] - switch.switch_s[i]
         off = ends[i + 1] - ends[i] - switch.switch_s[i + 1]
@@ -531,6 +541,9 @@ def main() -> None:
         default=0,
         metavar="STEPS",
         help="only: the always-on path's per-step cost inside one STEPS-step fit, switched every step",
+    )
+    parser.add_argument(
+        "--in-fit-model", choices=sorted(IN_FIT_MODELS), default="mlp", help="the fit --in-fit switches in"
     )
     parser.add_argument(
         "--direct",
@@ -582,8 +595,8 @@ def main() -> None:
     if args.in_fit:
         run_fit(20, "bare")
         for r in range(args.rounds):
-            diff, share, step_ms, pairs = always_on_in_fit(args.in_fit)
-            print(f"always-on path inside a {args.in_fit}-step fit (round {r + 1}): {diff:.0f} us per step "
+            diff, share, step_ms, pairs = always_on_in_fit(args.in_fit, args.in_fit_model)
+            print(f"always-on path inside a {args.in_fit}-step {args.in_fit_model} fit (round {r + 1}): {diff:.1f} us per step "
                   f"({share:.2%} of the median {step_ms:.2f} ms step), {pairs} adjacent on/off pairs")  # fmt: skip
         return
     if args.hooks_only:
