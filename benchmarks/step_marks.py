@@ -8,9 +8,9 @@ wall time moves by a few % from one process to the next, far more than these mic
 times the calls themselves: each fed call wrapped in two ``perf_counter`` reads, the same wrapper around an
 empty call beside them (the wrapper's own cost, subtracted), the median and mean per step over the fit.
 
-The fit: ``nn.Linear(8, 1)`` on 800 in-memory samples, batch 8 (100 steps an epoch), ``self.log`` of the loss
-each step, one intra-op thread, the default Trainer (TensorBoard logger, checkpointing), progress bar and
-model summary off, ``BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0)``.
+The fit: ``benchmarks/tiny_steps.py``'s (``nn.Linear(8, 1)``, batch 8, 100 steps an epoch, ``self.log`` of the loss
+each step, one intra-op thread, the default Trainer) with ``BottleneckCallback(verbose=False, probe_loader=False,
+trial_budget_s=0)``.
 
     python benchmarks/step_marks.py [--epochs 30] [--rounds 3] [--against ../old-checkout]
 """
@@ -19,45 +19,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_steps import tiny_fit
 
 
 def one_fit(epochs: int) -> dict[str, float]:
     """One fit in this process: per fed step, the start mark, the end mark and the due check (us), wrapper
     cost subtracted; medians and means."""
-    warnings.filterwarnings("ignore")
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     import lightning.pytorch as pl
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
 
     from lightning_bottleneck import BottleneckCallback
     from lightning_bottleneck.live import step_feed
-
-    torch.set_num_threads(1)
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(8, 1)
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self.layer(x), y)
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
 
     marks: dict[str, list[float]] = {"empty": [], "start": [], "end": [], "due": []}
     clock = time.perf_counter
@@ -100,20 +80,7 @@ def one_fit(epochs: int) -> dict[str, float]:
             if ledger is not None and ledger.feed is not None and not isinstance(ledger.feed, Timed):
                 ledger.feed = Timed(ledger.feed)
 
-    torch.manual_seed(0)
-    data = TensorDataset(torch.randn(800, 8), torch.randn(800, 1))
-    callbacks = [BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0), Wrap()]
-    with tempfile.TemporaryDirectory() as root:
-        trainer = pl.Trainer(
-            accelerator="cpu",
-            max_epochs=epochs,
-            default_root_dir=root,
-            callbacks=callbacks,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-        )
-        trainer.fit(Tiny(), DataLoader(data, batch_size=8, shuffle=True))
+    tiny_fit([BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0), Wrap()], epochs)
     empty = statistics.median(marks["empty"])
     out: dict[str, float] = {"steps": float(len(marks["end"]))}
     for name in ("start", "end"):

@@ -34,8 +34,8 @@ from typing import Any
 STEPS_PER_EPOCH = 100
 
 
-def one_fit(variant: str, epochs: int) -> float:
-    """One fit in this process; its wall seconds."""
+def tiny_fit(callbacks: list[Any], epochs: int) -> float:
+    """The fit of this module's docstring with ``callbacks``, in this process; its wall seconds."""
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     import lightning.pytorch as pl
@@ -58,23 +58,9 @@ def one_fit(variant: str, epochs: int) -> float:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    class EmptyHooks(pl.Callback):
-        def on_train_batch_start(self, *args: Any) -> None:
-            pass
-
-        def on_train_batch_end(self, *args: Any) -> None:
-            pass
-
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(STEPS_PER_EPOCH * 8, 8), torch.randn(STEPS_PER_EPOCH * 8, 1))
     loader = DataLoader(data, batch_size=8, shuffle=True)
-    callbacks: list[Any] = []
-    if variant == "empty-hooks":
-        callbacks.append(EmptyHooks())
-    elif variant.startswith("callback"):
-        from lightning_bottleneck import BottleneckCallback
-
-        callbacks.append(BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0))
     with tempfile.TemporaryDirectory() as root:
         trainer = pl.Trainer(
             accelerator="cpu",
@@ -88,6 +74,27 @@ def one_fit(variant: str, epochs: int) -> float:
         t0 = time.perf_counter()
         trainer.fit(Tiny(), loader)
         return time.perf_counter() - t0
+
+
+def one_fit(variant: str, epochs: int) -> float:
+    """One fit of ``variant`` in this process; its wall seconds."""
+    import lightning.pytorch as pl
+
+    class EmptyHooks(pl.Callback):
+        def on_train_batch_start(self, *args: Any) -> None:
+            pass
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            pass
+
+    callbacks: list[Any] = []
+    if variant == "empty-hooks":
+        callbacks.append(EmptyHooks())
+    elif variant.startswith("callback"):
+        from lightning_bottleneck import BottleneckCallback
+
+        callbacks.append(BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0))
+    return tiny_fit(callbacks, epochs)
 
 
 def _run(variant: str, epochs: int, against: str | None) -> float:

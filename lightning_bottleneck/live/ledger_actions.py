@@ -96,9 +96,11 @@ class _TrainFetch:
 
 class _StepStart:
     """``LightningModule.on_train_batch_start`` (always called, right after the callbacks' own): the step's
-    start for the ledger's feed, when it has one."""
+    start for the ledger's feed, when it has one (its method named by ``tell``, looked up without a frame)."""
 
     __slots__ = ("ledger",)
+    tell = "step_started"
+    where = "step start"
 
     def __init__(self, ledger: LiveLedger) -> None:
         self.ledger = ledger
@@ -107,30 +109,21 @@ class _StepStart:
         feed = self.ledger.feed
         if feed is not None:
             try:
-                feed.step_started()
+                getattr(feed, self.tell)()
             except Exception as err:
-                feed.failed("step start", err)
+                feed.failed(self.where, err)
 
     def __exit__(self, *exc: object) -> None:
         return None
 
 
-class _StepEnd:
+class _StepEnd(_StepStart):
     """``LightningModule.on_train_batch_end`` (always called, right after the callbacks' own): the step ends
     when it returns; its start tells the ledger's feed, when it has one."""
 
-    __slots__ = ("ledger",)
-
-    def __init__(self, ledger: LiveLedger) -> None:
-        self.ledger = ledger
-
-    def __enter__(self) -> None:
-        feed = self.ledger.feed
-        if feed is not None:
-            try:
-                feed.step_ended()
-            except Exception as err:
-                feed.failed("step end", err)
+    __slots__ = ()
+    tell = "step_ended"
+    where = "step end"
 
     def __exit__(self, *exc: object) -> None:
         led = self.ledger
