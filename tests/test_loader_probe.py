@@ -798,8 +798,13 @@ def test_a_fast_in_process_loader_closes_its_window_once_its_rate_settles() -> N
         assert rung is not None, ladder.notes
         return rung
 
-    fast = timed(TensorDataset(torch.randn(200_000, 8)))
-    assert SETTLED_MIN_S <= fast.measured_s < MIN_MEASURE_S, fast
+    # a hiccup of the shared machine in either half keeps a window open to MIN_MEASURE_S too, as a stall does (CI, in
+    # the twenty-fourth session: 0.2500 s, once in many runs): one of three windows must settle
+    fasts = [timed(TensorDataset(torch.randn(200_000, 8)))]
+    while fasts[-1].measured_s >= MIN_MEASURE_S and len(fasts) < 3:
+        fasts.append(timed(TensorDataset(torch.randn(200_000, 8))))
+    fast = fasts[-1]
+    assert SETTLED_MIN_S <= fast.measured_s < MIN_MEASURE_S, fasts
     assert fast.cpu_share is not None and fast.cpu_share > 0.5  # still tells CPU-bound loading
     # a 60 ms stall 1 000 batches in (~16 ms into the window, before it could settle at SETTLED_MIN_S): the halves
     # disagree by the stall until MIN_MEASURE_S
