@@ -484,8 +484,8 @@ def always_on_in_fit(steps: int, model_name: str = "mlp") -> tuple[float, float,
     out) set against its neighbour's. Returns (median difference us, its ratio to the median step, the
     median step ms, pairs). A tight loop of the hooks (:func:`hook_cost_ns`) runs with warm caches and
     reads ~10x lower than the hooks cost after a CPU step. The switch is made at each batch start, after the
-    batch's fetch: the fetch's own profiler action runs in the neighbour's state, so the ledger's fetch context
-    (~2 us in a fit) counts against the path once in each pair of steps."""
+    batch's fetch: the fetch's own profiler action runs in the previous step's state, so the ledger's fetch context
+    (~2 us in a fit) lands in the path-off step of each pair and the figure reads the path that much cheaper."""
     dim, width, depth, samples, batch = IN_FIT_MODELS[model_name]
     per_epoch = samples // batch
     torch.manual_seed(0)
