@@ -485,7 +485,7 @@ def always_on_in_fit(steps: int, model_name: str = "mlp") -> tuple[float, float,
     median step ms, pairs). A tight loop of the hooks (:func:`hook_cost_ns`) runs with warm caches and
     reads ~10x lower than the hooks cost after a CPU step. The switch is made at each batch start, after the
     batch's fetch: the fetch's own profiler action runs in the previous step's state, so the ledger's fetch context
-    (~2 us in a fit) lands in the path-off step of each pair and the figure reads the path that much cheaper."""
+    (about one step mark's cost, 1.7-2.5 us by step_marks.py) lands in the path-off step of each pair and the figure reads the path that much cheaper."""
     dim, width, depth, samples, batch = IN_FIT_MODELS[model_name]
     per_epoch = samples // batch
     torch.manual_seed(0)
