@@ -20,7 +20,9 @@ them: the default logger and checkpointing, the workload's own intra-op thread s
    (``untouched - autotuned >= 0.8 x (untouched - best)``); elsewhere, and where the best setting saves nothing
    over the rounds, it is never slower than 0.97x of the untouched fit, judged on the rounds' paired ratios
    (:func:`paired`: each round's untouched fit over the same round's autotuned fit, their median and a
-   bootstrap interval), which the machine's drift from one round to the next does not move; then each variant's
+   bootstrap interval), which the machine's drift from one round to the next does not move (where the best
+   setting is the untouched one, the round's best fit is a second untouched fit: the baseline is their mean); then
+   each variant's
    fit by phase (:data:`PHASES`, an epoch clock in every fit): before the first epoch, the first epoch (the
    callback's profiling window, analysis and measurement), the later epochs (its always-on path; autotune's
    setting once applied), after the last epoch (its verdict and report).
@@ -295,7 +297,14 @@ def bench(name: str, epochs: int, repeats: int, budget: float, min_fit_s: float 
     recovery = (med["untouched"] - med["autotuned"]) / saved_best if saves else None
     speedup = med["untouched"] / med["autotuned"]
     against_callback = med["callback"] / med["autotuned"]
-    speedup_paired = paired(times["untouched"], times["autotuned"])
+    # Where the sweep's best is the untouched setting (``{}``: tiny_linear, in_memory, wide_mlp), the round's "best"
+    # fit is a second untouched fit, the same command: the paired baseline is the mean of the two. The two differed
+    # by 1-5% at the median (tiny_linear: 27.78 against 28.16 s, 25.27 / 24.04, 25.62 / 25.24, twenty-third and
+    # twenty-fourth sessions), as much as the not-slower goal allows; a mean of two halves that noise's variance.
+    baseline = times["untouched"]
+    if not best:
+        baseline = [(u + b) / 2.0 for u, b in zip(times["untouched"], times["best"])]
+    speedup_paired = paired(baseline, times["autotuned"])
     # The recovery goal where loading is the bottleneck and a setting saves time; where the best setting saves
     # nothing over the rounds (cpu_transform on 2 cores: no worker count beats in-process loading), there is
     # nothing to recover and the not-slower goal applies, as on the other workloads.
@@ -317,7 +326,8 @@ def bench(name: str, epochs: int, repeats: int, budget: float, min_fit_s: float 
         "speedup": speedup,
         "speedup_vs_callback": against_callback,
         "speedup_paired": speedup_paired,
-        "callback_paired": paired(times["untouched"], times["callback"]),
+        "callback_paired": paired(baseline, times["callback"]),
+        "paired_baseline": "untouched and best (the same setting)" if not best else "untouched",
         "phases_s": phases,
         "phase_medians_s": {
             k: {p: statistics.median(x[p] for x in v) for p in PHASES} for k, v in phases.items() if v

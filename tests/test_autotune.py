@@ -296,6 +296,31 @@ def test_default_reports_hold_no_autotune_and_a_short_fit_applies_nothing(tmp_pa
     assert trainer.train_dataloader.num_workers == 0
 
 
+def test_the_loader_probe_is_told_when_the_run_will_confirm_its_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measurement stage gets ``run_confirms`` (the probe then times each worker count once with the step) only
+    where autotune would apply a measured setting and time it on the run: autotune on, epochs enough left."""
+    import lightning_bottleneck.live.fit_run as fit_run
+
+    seen: list[tuple[bool, int]] = []
+    real = fit_run.measure
+
+    def spy(trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        seen.append((kwargs["run_confirms"], trainer.current_epoch))
+        real(trainer, *args, **kwargs)
+
+    monkeypatch.setattr(fit_run, "measure", spy)
+    for autotune, epochs in ((True, 4), (False, 4), (True, 2)):
+        model = SlowUntilVerdict()  # the verdict comes in the first epoch
+        cb = BottleneckCallback(**FAST, autotune=autotune)
+        model.cb = cb
+        trainer = quiet_trainer(tmp_path / f"{autotune}{epochs}", [cb], max_epochs=epochs)
+        trainer.fit(model, train_dataloaders=_loader(Indexed(), True))
+    # two epochs: one left after the first, too few to check a switch
+    assert seen == [(True, 0), (False, 0), (False, 0)], seen
+
+
 def _slow_start(worker_id: int) -> None:
     time.sleep(0.3)  # each worker's start-up (a dataset that opens files, a heavy import): paid every epoch
 

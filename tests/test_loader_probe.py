@@ -254,6 +254,39 @@ def test_a_worker_count_that_beat_both_timings_of_the_current_is_timed_again() -
     assert again is not None and again.batches == best.batches + ladder.in_training[4].batches
 
 
+def test_a_probe_whose_choice_the_run_confirms_times_each_count_once_with_the_step() -> None:
+    """Issue 29 (cpu_transform autotuned: the probe took 1.3-1.6 s of the first epoch, the whole gap to the best
+    setting's fit): with autotune the run times the chosen setting against its own steps and switches back when it
+    is not faster, which is what the current count's second timing and a win's second timing guard against. CPU-bound
+    loading then times no worker count alone (the step's timings decide there) and each count once with the step,
+    in the share the whole order would give it; the full probe keeps both guards."""
+    loader = DataLoader(Heavy(), batch_size=8)
+    full = probe_loader(loader, budget_s=4.0, usable_cpus=2, train_step=lambda batch: None)
+    once = probe_loader(loader, budget_s=3.0, usable_cpus=2, train_step=lambda batch: None, run_confirms=True)
+    assert full.bound == once.bound == BOUND_CPU, (full, once)
+    assert [r.num_workers for r in full.rungs][:2] == [0, 1], full  # the loader alone climbs
+    assert [r.num_workers for r in full.in_training][:4] == [0, 2, 4, 0], full
+    assert [r.num_workers for r in once.rungs] == [0], once
+    assert [r.num_workers for r in once.in_training] == [0, 2, 4], once
+    # the left-out timings' shares are not spent: the current count's second (weight 1) and the confirming one
+    # (weight 3) of 1 + 2 + 3 + 1 + 3, from what num_workers=0 alone and the step timed alone leave of 3 s
+    assert once.elapsed_s < 3.0 * (1 - 4 / 10) + 0.5, once
+    waiting = DataLoader(Sleepy(2048, delay_s=0.004), batch_size=8)
+    ladder = probe_loader(
+        waiting,
+        budget_s=3.0,
+        usable_cpus=2,
+        target_samples_per_s=1500.0,
+        train_step=lambda b: None,
+        run_confirms=True,
+    )
+    assert ladder.bound == BOUND_WAIT and len(ladder.rungs) > 1, ladder  # waiting loads still climb alone
+    timed = [r.num_workers for r in ladder.in_training]
+    assert len(timed) == 2 and timed[0] == 0 and timed[1] > 0, (
+        ladder
+    )  # the current count once, then the candidate
+
+
 def test_io_bound_loading_gets_more_workers_than_cores() -> None:
     loader = DataLoader(Sleepy(512, delay_s=0.003), batch_size=8)
     consumption = 800.0  # samples/s the model could take; num_workers=0 delivers ~300

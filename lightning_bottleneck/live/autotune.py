@@ -362,29 +362,17 @@ class Autotuner:
         )
 
     def _choose(self, run: Any, trainer: Any) -> Choice:
-        if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
-            return Choice(
-                None, "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
-            )
         length = run.measured.run_length if run.measured is not None else None
-        epochs = length.epochs if length is not None else None
-        if epochs is not None:
-            left = epochs - (trainer.current_epoch + 1)
-            if left < MIN_EPOCHS_LEFT:
-                return Choice(
-                    None,
-                    f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
-                    "a setting at an epoch boundary and check it",
-                )
-        combined = getattr(trainer.fit_loop, "_combined_loader", None)
-        loaders = list(combined.flattened) if combined is not None else []
-        if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):
-            return Choice(
-                None,
-                "no train DataLoader autotune can re-create (map-style, workers not already persistent)",
-            )
+        why = _cannot_apply(trainer, length)
+        if why is not None:
+            return Choice(None, why)
         accelerator = run.config.accelerator if run.config is not None else None
         return choose(run.midrun_report, accelerator)
+
+    def confirms_loader(self, trainer: Any) -> bool:
+        """Whether a measured train-loader setting would be applied and timed on the run's own steps (the loader
+        probe then times each worker count once: ``measure(run_confirms=True)``)."""
+        return self.state == WAITING and self.pending is None and _cannot_apply(trainer) is None
 
     def _decide(self, run: Any, trainer: Any) -> None:
         after = self._after()
@@ -452,6 +440,25 @@ class Autotuner:
     def _say(self, text: str) -> None:
         if self.verbose:
             rank_zero_info(f"lightning-bottleneck: {text}")
+
+
+def _cannot_apply(trainer: Any, length: Any = None) -> str | None:
+    """Why no setting can be applied to this fit (one sentence), else None."""
+    if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
+        return "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
+    epochs = (length if length is not None else run_length(trainer)).epochs
+    if epochs is not None:
+        left = epochs - (trainer.current_epoch + 1)
+        if left < MIN_EPOCHS_LEFT:
+            return (
+                f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
+                "a setting at an epoch boundary and check it"
+            )
+    combined = getattr(trainer.fit_loop, "_combined_loader", None)
+    loaders = list(combined.flattened) if combined is not None else []
+    if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):
+        return "no train DataLoader autotune can re-create (map-style, workers not already persistent)"
+    return None
 
 
 def _steps_since(run: Any, start: int) -> list[float]:

@@ -77,10 +77,13 @@ def climb(
     reserve: float = 0.0,
     wait_reserve: float = 0.0,
     cpu_deadline: float | None = None,
+    alone_decides: bool = True,
 ) -> None:
     """Climb the ladder onto ``ladder.rungs`` (see the module docstring); a share of the budget is left for
     timing with the step: ``reserve`` with CPU-bound loading, ``wait_reserve`` with loading that waits. With
-    CPU-bound loading the probe ends by ``cpu_deadline`` when that is earlier (nothing more at ``start``)."""
+    CPU-bound loading the probe ends by ``cpu_deadline`` when that is earlier (nothing more at ``start``), and
+    stops after num_workers=0 when the rates of the loader alone decide nothing (``alone_decides`` False: the
+    counts are timed with the step, which decides for CPU-bound loading, and the run confirms the choice)."""
     budget = deadline - start
     batch_bytes: list[int] = []
     zero = time_rung(plan, 0, None, deadline, budget, seed, ladder, batch_bytes)
@@ -102,6 +105,8 @@ def climb(
             f"Loading is CPU-bound on {cpus} usable CPU(s): workers could save at most {saves:.0%} of it, so the "
             f"automatic loader probe keeps to {budget:.2f} s."
         )
+    if ladder.bound == BOUND_CPU and reserve and not alone_decides:
+        return  # the rest of the budget times worker counts with the step
     kept = {BOUND_CPU: reserve, BOUND_WAIT: wait_reserve}.get(ladder.bound, 0.0)
     if kept:  # the rest of the budget times worker counts with the step
         budget *= 1.0 - kept

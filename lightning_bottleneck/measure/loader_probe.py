@@ -92,6 +92,7 @@ def probe_loader(
     train_step: Callable[[Any], None] | None = None,
     epoch_batches: int | None = None,
     cpu_bound_budget_s: float | None = None,
+    run_confirms: bool = False,
 ) -> LoaderLadder:
     """Measure a copy of ``loader`` at a ladder of worker counts and prefetch factors.
 
@@ -114,6 +115,10 @@ def probe_loader(
         cpu_bound_budget_s: the whole probe's budget once num_workers=0 finds the loading CPU-bound (when lower
             than ``budget_s``; ``0`` stops there, a note says so): the automatic budget's share of what workers can
             save of CPU-bound loading (``measure/stage.py``).
+        run_confirms: the run itself will time the chosen setting against its own steps and switch back when it is
+            not faster (``BottleneckCallback(autotune=True)``): the timings with the step take one pass over the
+            counts (:func:`~lightning_bottleneck.measure.loader_with_step.time_in_training`), and with CPU-bound
+            loading the ladder times no worker count alone (the step's timings decide there).
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")
@@ -155,6 +160,7 @@ def probe_loader(
             reserve,
             wait_reserve,
             cpu_deadline,
+            alone_decides=not (run_confirms and train_step is not None),
         )
         if ladder.bound == BOUND_CPU and cpu_deadline is not None:
             deadline = min(deadline, cpu_deadline)
@@ -165,7 +171,17 @@ def probe_loader(
             and ladder.rung(0) is not None
             and not stopped
         ):
-            time_in_training(plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed)
+            time_in_training(
+                plan,
+                ladder,
+                cpus,
+                current,
+                train_step,
+                memory_budget_bytes,
+                deadline,
+                seed,
+                one_pass=run_confirms,
+            )
         elif train_step is not None and ladder.bound == BOUND_WAIT:
             # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
             w = wait_bound_candidate(ladder, target_samples_per_s, current, deadline - time.perf_counter())
@@ -181,6 +197,7 @@ def probe_loader(
                     seed,
                     candidates=[w],
                     epoch_batches=epoch_batches,
+                    one_pass=run_confirms,
                 )
     ladder.elapsed_s = time.perf_counter() - start
     ladder.skipped = not ladder.rungs

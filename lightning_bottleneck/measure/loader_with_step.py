@@ -93,12 +93,17 @@ def time_in_training(
     seed: int,
     candidates: list[int] | None = None,
     epoch_batches: int | None = None,
+    one_pass: bool = False,
 ) -> None:
     """Time the current worker count, ``num_workers=0`` (when the current count has workers), the usable core count
     and twice that with the training step (or the given ``candidates``), then the current count again (its two
     timings are averaged, so that drift over the measurement cancels), then the fastest other count again when it beat both timings of the current (a win from
     one short timing is often the machine's noise, see :func:`_to_confirm`). With ``epoch_batches`` (the run's epoch
-    length), each count but the current one also times an epoch when that is short (:attr:`Rung.epoch_s`)."""
+    length), each count but the current one also times an epoch when that is short (:attr:`Rung.epoch_s`).
+
+    ``one_pass``: the run confirms the choice on its own steps (autotune), which the two timings of the current count
+    and the second timing of a win guard against here: each count is timed once, in the share the whole order
+    would give it, and the shares of the timings left out are not spent."""
     given = candidates is not None
     if candidates is None:
         candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
@@ -114,7 +119,7 @@ def time_in_training(
     # a place held in the shares for the confirming timing (the most workers: the dearest to time)
     confirm = max(counts, default=current)
     i = 0
-    while i < len(order):
+    while i < len(order) and not (one_pass and i > len(counts)):
         w = order[i]
         left = deadline - time.perf_counter()
         # a rung with workers first drains their prefetch queue: it gets a larger share; each gets at least the

@@ -47,11 +47,13 @@ from lightning_bottleneck.evidence.trial_results import TrialReport
 from lightning_bottleneck.measure.batch_fetch import bigger_fetch_budget, time_bigger_fetch
 from lightning_bottleneck.measure.contention import assess
 from lightning_bottleneck.measure.cpus import PSUTIL_OFF_NOTE, psutil_module, usable_cpus
+from lightning_bottleneck.measure.run_length import projected_run_s, run_length
 
 __all__ = [
     "MeasureOptions",
     "input_shares",
     "measure",
+    "projected_run_s",
     "run_length",
     "wants_trials",
     "window_check",
@@ -177,42 +179,6 @@ class MeasureOptions:
         return MeasureOptions(self.probe_loader, loader, trial, compile_, cpu_bound)
 
 
-def projected_run_s(length: RunLength | None, timing: TimingStats | None) -> float | None:
-    """Seconds the whole fit will take: its training steps x the median step (None when unknown)."""
-    if length is None or not length.total_steps or timing is None or not timing.step_ms:
-        return None
-    return length.total_steps * median(timing.step_ms) / 1e3
-
-
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(f) if math.isfinite(f) and f >= 0 else None
-
-
-def run_length(trainer: Any) -> RunLength:
-    """Training batches, batches per epoch and epochs of the whole fit (None where not known)."""
-    per_epoch = _int_or_none(getattr(trainer, "num_training_batches", None))
-    accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
-    try:
-        optimizer_steps = _int_or_none(trainer.estimated_stepping_batches)
-    except Exception:
-        optimizer_steps = None
-    total = optimizer_steps * accumulate if optimizer_steps is not None else None
-    max_epochs = _int_or_none(getattr(trainer, "max_epochs", None))
-    epochs: int | None = max_epochs if max_epochs is not None and max_epochs > 0 else None
-    if total is not None and per_epoch:
-        derived = math.ceil(total / per_epoch)
-        epochs = min(epochs, derived) if epochs is not None else derived
-    if total is None and epochs is not None and per_epoch:
-        total = epochs * per_epoch
-    return RunLength(total_steps=total, steps_per_epoch=per_epoch, epochs=epochs)
-
-
 def input_shares(
     summary: TraceSummary | None,
     timing: TimingStats | None,
@@ -295,9 +261,12 @@ def measure(
     cpu_end: CpuSnapshot | None = None,
     agree: Callable[[list[bool]], list[bool]] | None = None,
     train_loader_settled: str | None = None,
+    run_confirms: bool = False,
 ) -> None:
     """Run every part of the stage that applies, into ``out``; a part that fails becomes a note.
     ``train_loader_settled``: why the train loader is not probed (autotune already switched it), else None.
+    ``run_confirms``: autotune will apply the train loader's measured setting and time it on the run's own steps
+    (the probe's ``run_confirms``: one timing of each worker count with the step).
 
     It reads the evidence so far (this rank's summary, the always-on timing, the run's configuration, the fit
     ledger) and fills what it measures: ``run_length``, ``contention``, ``window_check``, ``loader_ladder``,
@@ -338,7 +307,13 @@ def measure(
     probe, trials, val_probe = agree(plan) if agree is not None else plan
     if probe:
         out.loader_ladder = _probe(
-            trainer, options, _consumption_rate(summary, cfg.batch_size), out.notes, pl_module, batch_idx
+            trainer,
+            options,
+            _consumption_rate(summary, cfg.batch_size),
+            out.notes,
+            pl_module,
+            batch_idx,
+            run_confirms,
         )
     if trials and batch is not None:
         out.trials = _trials(
@@ -423,6 +398,7 @@ def _probe(
     notes: list[str],
     pl_module: Any = None,
     batch_idx: int = 0,
+    run_confirms: bool = False,
 ) -> LoaderLadder | None:
     """The train loader's probe; when the model trains on the CPU, worker counts are also timed with its
     step (:func:`~lightning_bottleneck.measure.trials.restored_trial_step`: nothing of the training changes)."""
@@ -440,7 +416,12 @@ def _probe(
     module = getattr(trainer, "lightning_module", None) or pl_module
     budget, cpu_bound = options.loader_budget_s or 0.0, options.loader_cpu_bound_budget_s
     probe = partial(
-        probe_loader, loader, budget_s=budget, target_samples_per_s=target, cpu_bound_budget_s=cpu_bound
+        probe_loader,
+        loader,
+        budget_s=budget,
+        target_samples_per_s=target,
+        cpu_bound_budget_s=cpu_bound,
+        run_confirms=run_confirms,
     )
     try:
         if module is None or not _steps_on_cpu(trainer, module):
