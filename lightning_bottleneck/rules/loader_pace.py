@@ -390,6 +390,9 @@ def persistent_extra_s(rung: Rung | None, ladder: LoaderLadder, bs: int, epochs:
     alone = ladder.rung(rung.num_workers)
     rate = alone.samples_per_s if alone is not None else rung.samples_per_s
     refill = rung.num_workers * bs / rate if rate > 0 else 0.0
+    if rung.startup_s > 0:
+        # never longer than a fresh start to the first batch, which makes that batch too
+        refill = min(refill, rung.startup_s)
     if epochs and epochs >= 1:
         # the first epoch's first batch comes with the start-up (timed to the first batch): epochs - 1 refills
         refill *= (epochs - 1) / epochs
