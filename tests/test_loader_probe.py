@@ -268,6 +268,8 @@ def test_a_probe_whose_choice_the_run_confirms_times_each_count_once_with_the_st
     assert [r.num_workers for r in full.in_training][:4] == [0, 2, 4, 0], full
     assert [r.num_workers for r in once.rungs] == [0], once
     assert [r.num_workers for r in once.in_training] == [0, 2, 4], once
+    # num_workers=0 timed once, beside the step: the ladder's rung is read from the same batches' fetches
+    assert once.rungs[0].batches == once.in_training[0].batches, once
     # the left-out timings' shares are not spent: the current count's second (weight 1) and the confirming one
     # (weight 3) of 1 + 2 + 3 + 1 + 3, from what num_workers=0 alone and the step timed alone leave of 3 s
     assert once.elapsed_s < 3.0 * (1 - 4 / 10) + 0.5, once
@@ -285,6 +287,30 @@ def test_a_probe_whose_choice_the_run_confirms_times_each_count_once_with_the_st
     assert len(timed) == 2 and timed[0] == 0 and timed[1] > 0, (
         ladder
     )  # the current count once, then the candidate
+
+
+def test_in_process_loading_timed_beside_the_step_reads_the_loader_alone_from_its_fetches() -> None:
+    """One timing of num_workers=0 with the training step gives the loader alone too: in-process loading and the step
+    take turns on one thread, so the fetches' wall and CPU time are the loader's. A step asleep 10 ms a batch neither
+    slows the loader-alone rate nor makes the CPU-bound loading look like loading that waits."""
+    from lightning_bottleneck.measure.loader_rung import time_in_process_with_step
+
+    ladder = LoaderLadder(budget_s=2.0, usable_cpus=2)
+    plan = plan_probe(DataLoader(Heavy(), batch_size=8), ladder, seed=0)
+    assert plan is not None
+    timed = time_in_process_with_step(
+        plan, time.perf_counter() + 2.0, 2.0, 0, ladder, [], lambda batch: time.sleep(0.01)
+    )
+    assert timed is not None, ladder.notes
+    alone, stepped = timed
+    assert alone.num_workers == stepped.num_workers == 0 and alone.batches == stepped.batches
+    per_batch_alone, per_batch_stepped = 8 / alone.samples_per_s, 8 / stepped.samples_per_s
+    assert per_batch_stepped - per_batch_alone >= 0.009, (
+        alone,
+        stepped,
+    )  # the step's 10 ms are not the loader's
+    assert alone.cpu_share is not None and alone.cpu_share >= 0.5, alone  # CPU-bound, though the step sleeps
+    assert stepped.cpu_share is None
 
 
 def test_io_bound_loading_gets_more_workers_than_cores() -> None:

@@ -78,15 +78,18 @@ def climb(
     wait_reserve: float = 0.0,
     cpu_deadline: float | None = None,
     alone_decides: bool = True,
+    zero: Rung | None = None,
 ) -> None:
     """Climb the ladder onto ``ladder.rungs`` (see the module docstring); a share of the budget is left for
     timing with the step: ``reserve`` with CPU-bound loading, ``wait_reserve`` with loading that waits. With
     CPU-bound loading the probe ends by ``cpu_deadline`` when that is earlier (nothing more at ``start``), and
     stops after num_workers=0 when the rates of the loader alone decide nothing (``alone_decides`` False: the
-    counts are timed with the step, which decides for CPU-bound loading, and the run confirms the choice)."""
+    counts are timed with the step, which decides for CPU-bound loading, and the run confirms the choice). ``zero``:
+    num_workers=0 already timed (read from its fetches beside the step: ``time_in_process_with_step``)."""
     budget = deadline - start
     batch_bytes: list[int] = []
-    zero = time_rung(plan, 0, None, deadline, budget, seed, ladder, batch_bytes)
+    if zero is None:
+        zero = time_rung(plan, 0, None, deadline, budget, seed, ladder, batch_bytes)
     if zero is None:
         return
     ladder.rungs.append(zero)

@@ -53,7 +53,7 @@ from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, L
 from lightning_bottleneck.measure.cpus import usable_cpus as _usable_cpus
 from lightning_bottleneck.measure.loader_climb import climb
 from lightning_bottleneck.measure.loader_factory import plan_probe, probe_dataloader
-from lightning_bottleneck.measure.loader_rung import time_rung
+from lightning_bottleneck.measure.loader_rung import time_in_process_with_step, time_rung
 from lightning_bottleneck.measure.loader_with_step import (
     IN_TRAINING_SHARE,
     STEP_ALONE_SHARE,
@@ -147,6 +147,13 @@ def probe_loader(
         if train_step is not None:
             time_step_alone(plan, ladder, train_step, seed, start + STEP_ALONE_SHARE * budget_s)
             target_samples_per_s = consumption_target(target_samples_per_s, ladder)
+        zero = None
+        if run_confirms and train_step is not None:
+            # one timing of num_workers=0 beside the step: the ladder's first rung and its timing with the step
+            timed = time_in_process_with_step(plan, deadline, budget_s, seed, ladder, [], train_step)
+            if timed is not None:
+                zero = timed[0]
+                ladder.in_training.append(timed[1])
         climb(
             plan,
             ladder,
@@ -161,6 +168,7 @@ def probe_loader(
             wait_reserve,
             cpu_deadline,
             alone_decides=not (run_confirms and train_step is not None),
+            zero=zero,
         )
         if ladder.bound == BOUND_CPU and cpu_deadline is not None:
             deadline = min(deadline, cpu_deadline)

@@ -28,6 +28,7 @@ __all__ = [
     "SETTLED_CHUNK",
     "SETTLED_MIN_S",
     "affordable",
+    "time_in_process_with_step",
     "time_rung",
 ]
 
@@ -81,12 +82,14 @@ def time_rung(
     batch_bytes: list[int],
     consume: Callable[[Any], None] | None = None,
     epoch_batches: int | None = None,
+    fetches: list[tuple[float, float, float]] | None = None,
 ) -> Rung | None:
     """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
     ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out; with
     ``epoch_batches`` too (at most EPOCH_TIMING_MAX_BATCHES), the rung runs on to that many batches within its
     deadline and times them as an epoch (:attr:`Rung.epoch_s`). The loader alone without workers stops sooner once
-    its rate has settled (SETTLED_CHUNK, SETTLED_BAND, SETTLED_MIN_S)."""
+    its rate has settled (SETTLED_CHUNK, SETTLED_BAND, SETTLED_MIN_S). ``fetches`` (without workers) gets each
+    batch's fetch: (wall seconds, CPU seconds, run-queue seconds) of this thread (:func:`time_in_process_with_step`)."""
     rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, MIN_MEASURE_S))
     dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
     round_size = max(1, workers)
@@ -106,10 +109,20 @@ def time_rung(
     t0 = time.perf_counter()
     t_iter = t0
     down_s = 0.0
+
+    def fetch() -> Any:
+        if fetches is None:
+            return next(it)
+        t, c = time.perf_counter(), _cpu([])
+        got = next(it)
+        wall, c2 = time.perf_counter() - t, _cpu([])
+        fetches.append((wall, c2[0] - c[0], c2[1] - c[1]) if c and c2 else (wall, wall, 0.0))
+        return got
+
     try:
         it = iter(dl)
         t_iter = time.perf_counter()
-        batch = next(it)
+        batch = fetch()
         t_first = time.perf_counter()
         if not batch_bytes:
             batch_bytes.append(batch_nbytes(batch))
@@ -128,7 +141,7 @@ def time_rung(
         while True:
             if now >= rung_deadline and fetched >= round_size:
                 break
-            batch = next(it)
+            batch = fetch()
             if consume is not None:
                 consume(batch)
             del batch
@@ -192,6 +205,42 @@ def time_rung(
         spawn_s=t_iter - t0,
         epoch_s=epoch_s,
     )
+
+
+def time_in_process_with_step(
+    plan: ProbePlan,
+    deadline: float,
+    budget: float,
+    seed: int,
+    ladder: LoaderLadder,
+    batch_bytes: list[int],
+    consume: Callable[[Any], None],
+) -> tuple[Rung, Rung] | None:
+    """``num_workers=0`` timed once with the training step, read twice: the loader alone from its fetches (their wall
+    and CPU time, the step's left out: the rate, the CPU share that tells the bound), and loading with the step (the
+    whole window). In-process loading and the step take turns on one thread, so the fetches are the loader alone's
+    batches; one timing then serves the ladder's first rung and the current count's timing with the step."""
+    fetches: list[tuple[float, float, float]] = []
+    stepped = time_rung(plan, 0, None, deadline, budget, seed, ladder, batch_bytes, consume, None, fetches)
+    window = fetches[1:]  # the first fetch is the start-up
+    wall = sum(f[0] for f in window)
+    if stepped is None or not window or wall <= 0:
+        return None
+    cpu, queued = sum(f[1] for f in window), sum(f[2] for f in window)
+    samples = len(window) * plan.batch_size
+    alone = Rung(
+        num_workers=0,
+        prefetch_factor=None,
+        samples_per_s=samples / wall,
+        startup_s=stepped.startup_s,
+        cpu_per_sample_s=cpu / samples,
+        cpu_share=min(1.0, cpu / (wall - queued)) if wall > queued else 1.0,
+        batches=len(fetches),
+        measured_s=wall,
+        rough=stepped.rough,
+        spawn_s=stepped.spawn_s,
+    )
+    return alone, stepped
 
 
 def _settled(t_open: float, marks: list[float]) -> bool:

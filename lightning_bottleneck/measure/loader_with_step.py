@@ -121,6 +121,9 @@ def time_in_training(
     i = 0
     while i < len(order) and not (one_pass and i > len(counts)):
         w = order[i]
+        if one_pass and ladder.in_training_rung(w) is not None:
+            i += 1  # timed already, beside the ladder's num_workers=0 (time_in_process_with_step)
+            continue
         left = deadline - time.perf_counter()
         # a rung with workers first drains their prefetch queue: it gets a larger share; each gets at least the
         # minimal window while that much is left (the later ones go short: the current count's second timing last)
