@@ -270,6 +270,16 @@ def test_a_probe_whose_choice_the_run_confirms_times_each_count_once_with_the_st
     assert [r.num_workers for r in once.in_training] == [0, 2, 4], once
     # num_workers=0 timed once, beside the step: the ladder's rung is read from the same batches' fetches
     assert once.rungs[0].batches == once.in_training[0].batches, once
+    # ... but not where CPU-bound loading stops after that rung: alone, a fast loader's window may settle sooner
+    stops = probe_loader(
+        loader,
+        budget_s=3.0,
+        usable_cpus=2,
+        train_step=lambda b: None,
+        run_confirms=True,
+        cpu_bound_budget_s=0.0,
+    )
+    assert [r.num_workers for r in stops.rungs] == [0] and stops.in_training == [], stops
     # the left-out timings' shares are not spent: the current count's second (weight 1) and the confirming one
     # (weight 3) of 1 + 2 + 3 + 1 + 3, from what num_workers=0 alone and the step timed alone leave of 3 s
     assert once.elapsed_s < 3.0 * (1 - 4 / 10) + 0.5, once

@@ -44,6 +44,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -148,8 +149,10 @@ def probe_loader(
             time_step_alone(plan, ladder, train_step, seed, start + STEP_ALONE_SHARE * budget_s)
             target_samples_per_s = consumption_target(target_samples_per_s, ladder)
         zero = None
-        if run_confirms and train_step is not None:
-            # one timing of num_workers=0 beside the step: the ladder's first rung and its timing with the step
+        if run_confirms and train_step is not None and cpu_bound_budget_s != 0:
+            # one timing of num_workers=0 beside the step: the ladder's first rung and its timing with the step (not
+            # where CPU-bound loading stops there: alone, a fast in-process loader's window closes once its rate
+            # settles; beside tiny_linear's 0.5 ms steps it ran its whole MIN_MEASURE_S, +0.2 s of the first epoch)
             timed = time_in_process_with_step(plan, deadline, budget_s, seed, ladder, [], train_step)
             if timed is not None:
                 zero = timed[0]
@@ -173,40 +176,22 @@ def probe_loader(
         if ladder.bound == BOUND_CPU and cpu_deadline is not None:
             deadline = min(deadline, cpu_deadline)
         stopped = ladder.bound == BOUND_CPU and cpu_bound_budget_s == 0  # the climb's note says so
+        step = train_step if train_step is not None else (lambda batch: None)
+        with_step = partial(
+            time_in_training, plan, ladder, cpus, current, step, memory_budget_bytes, deadline, seed
+        )
         if (
             train_step is not None
             and ladder.bound == BOUND_CPU
             and ladder.rung(0) is not None
             and not stopped
         ):
-            time_in_training(
-                plan,
-                ladder,
-                cpus,
-                current,
-                train_step,
-                memory_budget_bytes,
-                deadline,
-                seed,
-                one_pass=run_confirms,
-            )
+            with_step(one_pass=run_confirms)
         elif train_step is not None and ladder.bound == BOUND_WAIT:
             # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
             w = wait_bound_candidate(ladder, target_samples_per_s, current, deadline - time.perf_counter())
             if w is not None:
-                time_in_training(
-                    plan,
-                    ladder,
-                    cpus,
-                    current,
-                    train_step,
-                    memory_budget_bytes,
-                    deadline,
-                    seed,
-                    candidates=[w],
-                    epoch_batches=epoch_batches,
-                    one_pass=run_confirms,
-                )
+                with_step(candidates=[w], epoch_batches=epoch_batches, one_pass=run_confirms)
     ladder.elapsed_s = time.perf_counter() - start
     ladder.skipped = not ladder.rungs
     return ladder
