@@ -53,6 +53,7 @@ from lightning_bottleneck.autotune_record import (
     UNDONE,
     AutotuneRecord,
 )
+from lightning_bottleneck.evidence import RunLength
 from lightning_bottleneck.live.loader_switch import (
     can_switch_mid_epoch,
     draws_every_epoch,
@@ -442,7 +443,7 @@ class Autotuner:
             rank_zero_info(f"lightning-bottleneck: {text}")
 
 
-def _cannot_apply(trainer: Any, length: Any = None) -> str | None:
+def _cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
     """Why no setting can be applied to this fit (one sentence), else None."""
     if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
         return "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"

@@ -176,22 +176,19 @@ def probe_loader(
         if ladder.bound == BOUND_CPU and cpu_deadline is not None:
             deadline = min(deadline, cpu_deadline)
         stopped = ladder.bound == BOUND_CPU and cpu_bound_budget_s == 0  # the climb's note says so
-        step = train_step if train_step is not None else (lambda batch: None)
-        with_step = partial(
-            time_in_training, plan, ladder, cpus, current, step, memory_budget_bytes, deadline, seed
-        )
-        if (
-            train_step is not None
-            and ladder.bound == BOUND_CPU
-            and ladder.rung(0) is not None
-            and not stopped
-        ):
-            with_step(one_pass=run_confirms)
-        elif train_step is not None and ladder.bound == BOUND_WAIT:
-            # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
-            w = wait_bound_candidate(ladder, target_samples_per_s, current, deadline - time.perf_counter())
-            if w is not None:
-                with_step(candidates=[w], epoch_batches=epoch_batches, one_pass=run_confirms)
+        if train_step is not None and not stopped:
+            with_step = partial(
+                time_in_training, plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed
+            )
+            if ladder.bound == BOUND_CPU and ladder.rung(0) is not None:
+                with_step(one_pass=run_confirms)
+            elif ladder.bound == BOUND_WAIT:
+                # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
+                w = wait_bound_candidate(
+                    ladder, target_samples_per_s, current, deadline - time.perf_counter()
+                )
+                if w is not None:
+                    with_step(candidates=[w], epoch_batches=epoch_batches, one_pass=run_confirms)
     ladder.elapsed_s = time.perf_counter() - start
     ladder.skipped = not ladder.rungs
     return ladder

@@ -130,16 +130,19 @@ def plan_loader(
     )
     if w_new > 0 and not now.persistent:
         epoch_guess = epoch_s(steps_per_epoch, step_new, 0.0)
-        if "num_workers" in settings and (epochs is None or epochs > 1):
-            # bundled with a worker change on a fit of several epochs: the same line of the user's code, and
-            # Lightning's own advice for workers; the start-up every epoch saves is more than the probe's figure
-            # (issue 29's cpu_transform: workers timed 40-70 ms to start with the step, autotune's num_workers=4 without
-            # persistent_workers lost 0.46 s over 7 epoch starts against the sweep's best with them, 14.73 s
-            # against 14.27 s of later epochs, under the 3% bar below on a 1.9 s epoch)
-            settings["persistent_workers"] = True
-        elif steps_per_epoch is None:
-            pass  # epoch length unknown: never advised alone
-        elif epoch_guess > 0 and startup_new / epoch_guess >= PERSISTENT_STARTUP_SHARE_MIN:
+        # bundled with a worker change on a fit of several epochs (or of unknown length): the same line of the user's
+        # code, and Lightning's own advice for workers ("Consider setting `persistent_workers=True`"); the start-up
+        # every epoch saves is more than the probe's figure (issue 29's cpu_transform: workers timed 40-70 ms to start
+        # with the step, autotune's num_workers=4 without persistent_workers lost 0.46 s over 7 epoch starts against
+        # the sweep's best with them, 14.73 s against 14.27 s of later epochs, under the 3% bar on a 1.9 s epoch).
+        # Alone, it is advised where the start-up costs an epoch of known length that bar.
+        bundled = "num_workers" in settings and (epochs is None or epochs > 1)
+        costly = (
+            steps_per_epoch is not None
+            and epoch_guess > 0
+            and startup_new / epoch_guess >= PERSISTENT_STARTUP_SHARE_MIN
+        )
+        if bundled or costly:
             settings["persistent_workers"] = True
     if settings and w_new > 0 and current.accelerator == "cuda" and not current.pin_memory:
         settings["pin_memory"] = True
