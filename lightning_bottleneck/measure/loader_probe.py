@@ -57,6 +57,7 @@ from lightning_bottleneck.measure.loader_factory import plan_probe, probe_datalo
 from lightning_bottleneck.measure.loader_rung import time_in_process_with_step, time_rung
 from lightning_bottleneck.measure.loader_with_step import (
     IN_TRAINING_SHARE,
+    ONE_PASS_WINDOW_S,
     STEP_ALONE_SHARE,
     WAIT_IN_TRAINING_MIN_BUDGET_S,
     WAIT_IN_TRAINING_SHARE,
@@ -153,7 +154,9 @@ def probe_loader(
             # one timing of num_workers=0 beside the step: the ladder's first rung and its timing with the step (not
             # where CPU-bound loading stops there: alone, a fast in-process loader's window closes once its rate
             # settles; beside tiny_linear's 0.5 ms steps it ran its whole MIN_MEASURE_S, +0.2 s of the first epoch)
-            timed = time_in_process_with_step(plan, deadline, budget_s, seed, ladder, [], train_step)
+            timed = time_in_process_with_step(
+                plan, deadline, budget_s, seed, ladder, [], train_step, ONE_PASS_WINDOW_S
+            )
             if timed is not None:
                 zero = timed[0]
                 ladder.in_training.append(timed[1])

@@ -83,14 +83,17 @@ def time_rung(
     consume: Callable[[Any], None] | None = None,
     epoch_batches: int | None = None,
     fetches: list[tuple[float, float, float]] | None = None,
+    window_s: float = MIN_MEASURE_S,
 ) -> Rung | None:
     """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
     ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out; with
     ``epoch_batches`` too (at most EPOCH_TIMING_MAX_BATCHES), the rung runs on to that many batches within its
     deadline and times them as an epoch (:attr:`Rung.epoch_s`). The loader alone without workers stops sooner once
     its rate has settled (SETTLED_CHUNK, SETTLED_BAND, SETTLED_MIN_S). ``fetches`` (without workers) gets each
-    batch's fetch: (wall seconds, CPU seconds, run-queue seconds) of this thread (:func:`time_in_process_with_step`)."""
-    rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, MIN_MEASURE_S))
+    batch's fetch: (wall seconds, CPU seconds, run-queue seconds) of this thread (:func:`time_in_process_with_step`).
+    ``window_s``: the steady-state window's length once open (``MIN_MEASURE_S``; shorter where the run confirms the
+    choice: :data:`~lightning_bottleneck.measure.loader_with_step.ONE_PASS_WINDOW_S`)."""
+    rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, window_s))
     dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
     round_size = max(1, workers)
     # Alone, the loader's first round is start-up. With the step, the workers also fill their prefetch queue
@@ -153,7 +156,7 @@ def time_rung(
                 t_open, cpu_open, n_open = now, _cpu(pids), fetched
             if t_open >= 0:
                 rounds = (fetched - n_open) // round_size
-                if rounds >= MIN_ROUNDS and now - t_open >= MIN_MEASURE_S and fetched >= epoch_at:
+                if rounds >= MIN_ROUNDS and now - t_open >= window_s and fetched >= epoch_at:
                     break
                 if settle and (fetched - n_open) % SETTLED_CHUNK == 0:
                     marks.append(now)
@@ -215,13 +218,16 @@ def time_in_process_with_step(
     ladder: LoaderLadder,
     batch_bytes: list[int],
     consume: Callable[[Any], None],
+    window_s: float = MIN_MEASURE_S,
 ) -> tuple[Rung, Rung] | None:
     """``num_workers=0`` timed once with the training step, read twice: the loader alone from its fetches (their wall
     and CPU time, the step's left out: the rate, the CPU share that tells the bound), and loading with the step (the
     whole window). In-process loading and the step take turns on one thread, so the fetches are the loader alone's
     batches; one timing then serves the ladder's first rung and the current count's timing with the step."""
     fetches: list[tuple[float, float, float]] = []
-    stepped = time_rung(plan, 0, None, deadline, budget, seed, ladder, batch_bytes, consume, None, fetches)
+    stepped = time_rung(
+        plan, 0, None, deadline, budget, seed, ladder, batch_bytes, consume, None, fetches, window_s
+    )
     window = fetches[1:]  # the first fetch is the start-up
     wall = sum(f[0] for f in window)
     if stepped is None or not window or wall <= 0:

@@ -24,6 +24,7 @@ from lightning_bottleneck.measure.loader_rung import MIN_MEASURE_S, affordable, 
 
 __all__ = [
     "IN_TRAINING_SHARE",
+    "ONE_PASS_WINDOW_S",
     "STEP_ALONE_SHARE",
     "STEP_ALONE_STEPS",
     "WAIT_IN_TRAINING_MIN_BUDGET_S",
@@ -57,6 +58,14 @@ IN_TRAINING_OVERSUBSCRIPTION = 2
 # never squeeze it out; STEP_ALONE_STEPS timed steps after one warm-up (the median: one hiccup does not move it), and
 # no figure below STEP_ALONE_MIN_STEPS.
 STEP_ALONE_SHARE = 0.1
+# Where the run confirms the choice on its own steps (autotune: ``time_in_training(one_pass=True)``), each count's
+# window with the step is this long once its prefetch queue is drained, not loader_rung.MIN_MEASURE_S: the timings
+# only rank the counts (the run then times the one chosen against its own steps, on hundreds of steps, and switches
+# back when it is not faster), and every trial step is time the fit does not train. Issue 29's cpu_transform: three
+# windows of 0.23-0.26 s (num_workers 0, 2, 4: 27-48 batches each) were ~0.75 s of the ~0.95 s probe in a first
+# epoch ~0.9 s longer than the best setting's; 0.15 s still holds 16+ batches of a loader as slow as its 9 ms
+# in-process ones, two rounds at least of 4 workers.
+ONE_PASS_WINDOW_S = 0.15
 STEP_ALONE_STEPS = 9
 STEP_ALONE_MIN_STEPS = 3
 
@@ -118,6 +127,7 @@ def time_in_training(
     batch_bytes: list[int] = []
     # a place held in the shares for the confirming timing (the most workers: the dearest to time)
     confirm = max(counts, default=current)
+    window = ONE_PASS_WINDOW_S if one_pass else MIN_MEASURE_S
     i = 0
     while i < len(order) and not (one_pass and i > len(counts)):
         w = order[i]
@@ -128,8 +138,8 @@ def time_in_training(
         # a rung with workers first drains their prefetch queue: it gets a larger share; each gets at least the
         # minimal window while that much is left (the later ones go short: the current count's second timing last)
         weights = [1.0 + n / 2 for n in [*order[i:], *([confirm] if len(order) == len(counts) + 2 else [])]]
-        share = max(MIN_MEASURE_S, left * weights[0] / sum(weights))
-        if left < MIN_MEASURE_S:
+        share = max(window, left * weights[0] / sum(weights))
+        if left < window:
             ladder.notes.append(
                 f"Timing with the training step stopped before num_workers={w}: the probe's budget is spent."
             )
@@ -159,6 +169,7 @@ def time_in_training(
             train_step,
             # the current count's epochs are in the fit ledger: only the others run on to time one
             epoch_batches if w != current else None,
+            window_s=window,
         )
         if rung is None:
             break
