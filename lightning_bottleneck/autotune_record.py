@@ -54,6 +54,16 @@ class AutotuneRecord:
     # training process (timed there)
     startup_ms: float | None = None
     in_process_batch_ms: float | None = None
+    # the race, once the setting was kept (live/autotune_race.py): the other worker setting run for one epoch
+    # (``raced_at_epoch``; empty: none) against the one kept (``raced_against``), its mean step over that one's and
+    # their bootstrap 95% interval, and whether it was faster and stayed (``settings`` is then the raced one, and
+    # ``speedup`` its own against the steps before any switch)
+    raced: dict[str, Any] = field(default_factory=dict)
+    raced_against: dict[str, Any] = field(default_factory=dict)
+    raced_at_epoch: int | None = None
+    race_ratio: float | None = None
+    race_interval: tuple[float, float] | None = None
+    race_won: bool = False
 
     @property
     def speedup(self) -> float | None:
@@ -95,6 +105,14 @@ class AutotuneRecord:
             "in_process_batch_ms": None
             if self.in_process_batch_ms is None
             else round(self.in_process_batch_ms, 4),
+            "raced": dict(self.raced),
+            "raced_against": dict(self.raced_against),
+            "raced_at_epoch": self.raced_at_epoch,
+            "race_ratio": None if self.race_ratio is None else round(self.race_ratio, 4),
+            "race_interval": None
+            if self.race_interval is None
+            else [round(x, 4) for x in self.race_interval],
+            "race_won": self.race_won,
         }
 
     @classmethod
@@ -122,6 +140,12 @@ class AutotuneRecord:
             basis=str(d.get("basis") or BASIS_VERDICT),
             startup_ms=_float(d.get("startup_ms")),
             in_process_batch_ms=_float(d.get("in_process_batch_ms")),
+            raced=dict(d.get("raced") or {}),
+            raced_against=dict(d.get("raced_against") or {}),
+            raced_at_epoch=_int(d.get("raced_at_epoch")),
+            race_ratio=_float(d.get("race_ratio")),
+            race_interval=_pair(d.get("race_interval")),
+            race_won=bool(d.get("race_won", False)),
         )
 
 
@@ -131,3 +155,7 @@ def _int(x: Any) -> int | None:
 
 def _float(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _pair(x: Any) -> tuple[float, float] | None:
+    return (float(x[0]), float(x[1])) if isinstance(x, (list, tuple)) and len(x) == 2 else None

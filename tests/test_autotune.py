@@ -46,8 +46,10 @@ from lightning_bottleneck.rules.autotune import (
     LARGE_GAIN_MIN,
     MIN_CONFIRM_STEPS,
     Choice,
+    alternative,
     choose,
     decide,
+    race,
     restart_bound,
     restart_fix,
     settled,
@@ -116,7 +118,7 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> None:
     """Autotune applies num_workers=2, persistent_workers=True, whatever the probe would have measured."""
     import lightning_bottleneck.live.autotune as live
 
-    monkeypatch.setattr(live, "choose", lambda report, accelerator: Choice(dict(WORKERS)))
+    monkeypatch.setattr(live, "choose", lambda report, accelerator, left_to_run=None: Choice(dict(WORKERS)))
 
 
 def _fit(
@@ -227,6 +229,43 @@ def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path
     assert replaced is not loader and replaced._iterator is None  # its persistent workers were shut down
     assert tuned.seen == plain.seen
     assert "switched back" in autotune_line(record)
+
+
+@pytest.mark.parametrize("first, raced", [(1, 3), (3, 1)], ids=["raced-faster-stays", "raced-slower-goes"])
+def test_the_count_left_to_the_run_is_raced_for_an_epoch_and_the_faster_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: int, raced: int
+) -> None:
+    # 32 ms a batch in-process, 16 ms in a worker (sleeps: a busy core does not move them): one worker is 2x the
+    # loader as it was, three 6x; whichever is applied first is kept, and the other runs the next epoch
+    import lightning_bottleneck.live.autotune as live
+
+    applied, other = ({"num_workers": w, "persistent_workers": True} for w in (first, raced))
+    monkeypatch.setattr(
+        live,
+        "choose",
+        lambda report, accelerator, left_to_run=None: Choice(dict(applied), alternative=dict(other)),
+    )
+    data = Indexed(n=160, in_process_s=0.008, in_worker_s=0.004)  # 40 steps an epoch
+    plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True), epochs=4)
+    tuned, trainer, cb = _fit(tmp_path, True, lambda: _loader(data, True), epochs=4)
+    record = cb.report.autotune
+    assert record is not None and record.status == KEPT, record
+    assert record.raced == other and record.raced_against == applied and record.raced_at_epoch == 1, record
+    won = raced > first
+    assert record.race_won is won and record.race_ratio is not None, record
+    assert (record.race_ratio < 0.7) if won else (record.race_ratio > 1.4), record
+    assert record.settings == (other if won else applied)
+    assert trainer.train_dataloader.num_workers == record.settings["num_workers"]
+    assert f"num_workers={record.settings['num_workers']}," in record.keep_line
+    assert tuned.seen == plain.seen  # the same samples across the switch, the race and the switch back
+    line = autotune_line(record)
+    assert (
+        f"then ran num_workers={raced} for epoch 1" in line
+        and f"num_workers={record.settings['num_workers']} stayed" in line
+    )
+    back = AutotuneRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert (back.raced, back.raced_against, back.raced_at_epoch, back.race_won) == (other, applied, 1, won)
+    assert back.race_ratio == pytest.approx(record.race_ratio, abs=1e-4) and back.race_interval is not None
 
 
 class SlowUntilVerdict(Seen):
@@ -394,10 +433,19 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
     assert set(by_rank) == {"0", "1"}, proc.stdout[-3000:]
     zero, one = by_rank["0"], by_rank["1"]
     # only rank zero's choice was given; rank 1 applied it from the broadcast, at the same step
-    assert zero["settings"] == one["settings"] == {"num_workers": 1, "persistent_workers": True}
+    first = {"num_workers": 2, "persistent_workers": True}
     assert zero["applied_at_step"] == one["applied_at_step"] is not None
     assert zero["status"] == one["status"] and zero["status"] in (KEPT, UNDONE)
     assert zero["workers_now"] == one["workers_now"]
+    if zero["status"] == UNDONE:
+        assert zero["settings"] == one["settings"] == first and not zero["raced"] and not one["raced"]
+    else:  # kept: both ranks raced rank zero's alternative at the same epoch and kept the same winner
+        assert zero["raced_against"] == one["raced_against"] == first, (zero, one)
+        assert zero["raced"] == one["raced"] == {"num_workers": 3, "persistent_workers": True}
+        assert zero["raced_at_epoch"] == one["raced_at_epoch"] is not None
+        assert zero["race_won"] == one["race_won"] and zero["settings"] == one["settings"]
+        assert zero["race_ratio"] == one["race_ratio"] and zero["speedup"] == one["speedup"]
+        assert zero["workers_now"] == zero["settings"]["num_workers"]
 
 
 # ---------------------------------------------------------------------------------------------- pure parts
@@ -441,6 +489,27 @@ def test_what_the_switch_settled_is_not_advised_again() -> None:
     assert not any(settled(nothing, r) for r in cases)
 
 
+def test_the_race_keeps_the_faster_mean_and_needs_enough_steps_of_both() -> None:
+    first = [10.0 + 0.1 * (i % 7) for i in range(40)]
+    faster = race(first, [x * 0.97 for x in first])  # any margin: both already beat the loader as it was
+    assert faster.second_wins and faster.ratio == pytest.approx(0.97) and faster.interval is not None
+    slower = race(first, [x * 1.05 for x in first])
+    assert not slower.second_wins and slower.ratio == pytest.approx(1.05)
+    short = race(first, first[: MIN_CONFIRM_STEPS - 1])  # too few steps of the raced one: the first stays
+    assert not short.second_wins and short.ratio is None
+
+
+def test_the_alternative_is_the_count_the_probe_left_to_the_run() -> None:
+    settings = {"num_workers": 2, "persistent_workers": True}
+    assert alternative(settings, [4]) == {"num_workers": 4, "persistent_workers": True}
+    assert alternative(settings, []) is None and alternative(settings, [2]) is None
+    assert alternative({"persistent_workers": True}, [4]) is None  # no worker count applied: nothing to race
+    report = Report(Category.INPUT, 0.9, 10, 5, None, {})
+    report.recommendations = [_input_advice(dict(settings))]
+    assert choose(report, "cpu", [4]).alternative == {"num_workers": 4, "persistent_workers": True}
+    assert choose(report, "cpu").alternative is None
+
+
 def test_choose_takes_the_measured_loader_advice_and_only_loader_settings() -> None:
     report = Report(Category.INPUT, 0.9, 10, 5, None, {})
     report.recommendations = [
@@ -449,7 +518,7 @@ def test_choose_takes_the_measured_loader_advice_and_only_loader_settings() -> N
     ]
     assert choose(report, "cpu")[:2] == ({"num_workers": 4, "persistent_workers": True}, "")
     assert choose(report, "cuda")[0] == {"num_workers": 4, "persistent_workers": True, "pin_memory": True}
-    settings, why, _ = choose(Report(Category.INPUT, 0.9, 10, 5, None, {}), "cpu")
+    settings, why, *_ = choose(Report(Category.INPUT, 0.9, 10, 5, None, {}), "cpu")
     assert settings is None and why
     # how many steps after the verdict a mid-epoch switch waits: fewer when the advice predicts a large gain
     assert choose(report, "cpu").clean_steps == CLEAN_BEFORE_STEPS  # no figure: the full wait
@@ -477,6 +546,17 @@ def test_the_record_round_trips_and_renders_everywhere() -> None:
     assert "autotune: applied" in render_text(report)
     assert "### Autotune" in render_markdown(report)
     assert "<h2>Autotune</h2>" in render_html(report)
+    # a race won: the first setting applied, the raced one that stayed, its ratio; everywhere the line goes
+    raced = {"num_workers": 4, "persistent_workers": True}
+    record.raced, record.raced_against, record.raced_at_epoch = raced, dict(WORKERS), 3
+    record.race_ratio, record.race_interval, record.race_won, record.settings = 0.9, (0.85, 0.95), True, raced
+    again = Report.from_dict(json.loads(report.to_json()))
+    assert again.autotune == record
+    line = autotune_line(record)
+    assert line.startswith("applied num_workers=2, persistent_workers=True at step 20"), line
+    assert "then ran num_workers=4 for epoch 3 (0.90x the mean step time of num_workers=2" in line, line
+    assert "num_workers=4 stayed" in line and "0.85x to 0.95x" in line, line
+    assert "then ran num_workers=4" in render_text(report) and "then ran num_workers=4" in render_html(report)
 
 
 def test_the_option_is_validated_and_flows_from_the_environment_and_the_cli(

@@ -25,7 +25,11 @@ from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, L
 from lightning_bottleneck.measure.loader_factory import plan_probe
 from lightning_bottleneck.measure.loader_probe import consumption_target, probe_loader
 from lightning_bottleneck.measure.loader_rung import MIN_MEASURE_S
-from lightning_bottleneck.measure.loader_with_step import STEP_ALONE_STEPS, time_in_training
+from lightning_bottleneck.measure.loader_with_step import (
+    ONE_PASS_WINDOW_S,
+    STEP_ALONE_STEPS,
+    time_in_training,
+)
 from lightning_bottleneck.measure.trials import restored_trial_step
 from lightning_bottleneck.report import Recommendation
 from lightning_bottleneck.rules.loader_pace import COVER_MARGIN, consumption_rate
@@ -267,7 +271,9 @@ def test_a_probe_whose_choice_the_run_confirms_times_each_count_once_with_the_st
     assert [r.num_workers for r in full.rungs][:2] == [0, 1], full  # the loader alone climbs
     assert [r.num_workers for r in full.in_training][:4] == [0, 2, 4, 0], full
     assert [r.num_workers for r in once.rungs] == [0], once
-    assert [r.num_workers for r in once.in_training] == [0, 2, 4], once
+    # ... only num_workers=0 and the core count: twice that is left to the run, which races it for an epoch
+    assert [r.num_workers for r in once.in_training] == [0, 2] and once.left_to_run == [4], once
+    assert full.left_to_run == [], full
     # num_workers=0 timed once, beside the step: the ladder's rung is read from the same batches' fetches
     assert once.rungs[0].batches == once.in_training[0].batches, once
     # ... but not where CPU-bound loading stops after that rung: alone, a fast loader's window may settle sooner
@@ -280,8 +286,10 @@ def test_a_probe_whose_choice_the_run_confirms_times_each_count_once_with_the_st
         cpu_bound_budget_s=0.0,
     )
     assert [r.num_workers for r in stops.rungs] == [0] and stops.in_training == [], stops
-    # the left-out timings' shares are not spent: after num_workers=0 (~0.25 s), 2 and 4 workers take their weights
-    # (2 + 3) of 2 + 3 + 1 + 3, the current count's second timing (1) and the confirming one (3) left unspent
+    # each window with the step closes after ONE_PASS_WINDOW_S (and a batch), not the full probe's MIN_MEASURE_S; the
+    # left-out timings' shares are not spent
+    assert all(r.measured_s < ONE_PASS_WINDOW_S + 0.1 for r in once.in_training), once
+    assert all(r.measured_s >= MIN_MEASURE_S for r in full.in_training if not r.rough), full
     assert once.elapsed_s < 0.3 + (3.0 - 0.25) * 5 / 9 + 0.5, once
     waiting = DataLoader(Sleepy(2048, delay_s=0.004), batch_size=8)
     ladder = probe_loader(

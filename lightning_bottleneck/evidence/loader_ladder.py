@@ -96,6 +96,10 @@ class LoaderLadder:
     #: how fast the step may run once loading leaves the training process (a thread pool that sleeps through
     #: in-process loading wakes slowly, issue 19's io_wait). None when not timed (no ``train_step`` given).
     step_ms: float | None = None
+    #: Worker counts the probe left for the run to time (autotune: the run races them against the count it applies,
+    #: one epoch each, on its own steps): where the run confirms the choice, CPU-bound loading times only the core
+    #: count with the step (:func:`~lightning_bottleneck.measure.loader_with_step.time_in_training`).
+    left_to_run: list[int] = field(default_factory=list)
 
     def in_training_rung(self, num_workers: int) -> Rung | None:
         """The in-training timing of this worker count (the mean rate when it was timed twice)."""
@@ -150,6 +154,7 @@ class LoaderLadder:
             "notes": list(self.notes),
             "in_training": [r.to_dict() for r in self.in_training],
             "step_ms": None if self.step_ms is None else round(self.step_ms, 4),
+            "left_to_run": list(self.left_to_run),
         }
 
     @classmethod
@@ -165,6 +170,7 @@ class LoaderLadder:
             notes=list(d.get("notes", [])),
             in_training=[Rung.from_dict(r) for r in d.get("in_training", [])],
             step_ms=None if d.get("step_ms") is None else float(d["step_ms"]),
+            left_to_run=[int(w) for w in d.get("left_to_run", [])],
         )
 
     def __str__(self) -> str:
@@ -193,6 +199,9 @@ class LoaderLadder:
                         f"  {r.num_workers:7d}  {r.prefetch_factor or '-':>8}  {r.samples_per_s:9.1f}"
                         f"  {r.startup_s * 1e3:6.0f} ms{rough}"
                     )
+            if self.left_to_run:
+                counts = ", ".join(str(w) for w in self.left_to_run)
+                lines.append(f"  left for the run to time (autotune): num_workers={counts}")
             if self.step_ms is not None:
                 lines.append(f"  the training step back-to-back (no loading between): {self.step_ms:.2f} ms")
             lines.append(f"  measured in {self.elapsed_s:.2f} s of a {self.budget_s:.2f} s budget")

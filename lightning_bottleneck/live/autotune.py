@@ -53,7 +53,16 @@ from lightning_bottleneck.autotune_record import (
     UNDONE,
     AutotuneRecord,
 )
-from lightning_bottleneck.evidence import RunLength
+from lightning_bottleneck.live.autotune_race import finish_race, start_race
+from lightning_bottleneck.live.autotune_steps import (
+    DONE,
+    RACE,
+    TRIAL,
+    WAITING,
+    cannot_apply,
+    spread,
+    steps_since,
+)
 from lightning_bottleneck.live.loader_switch import (
     can_switch_mid_epoch,
     draws_every_epoch,
@@ -86,7 +95,6 @@ from lightning_bottleneck.rules.autotune import (
 IN_PROCESS_TIMING_SHARE = 0.02
 IN_PROCESS_TIMING_MAX_S = 0.25
 
-WAITING, TRIAL, DONE = "waiting", "trial", "done"
 #: ``switch_at`` when no mid-epoch switch waits (the fit's own "never" step).
 NO_SWITCH = 2**62
 
@@ -120,6 +128,12 @@ class Autotuner:
         # and the step at which the mid-epoch switch is made (``Choice.clean_steps`` later)
         self.clean_from: int | None = None
         self.switch_at = NO_SWITCH
+        # the race (RACE): the setting run for one epoch against the kept one (Choice.alternative), the kept one's
+        # steps, the raced loaders and the first entry that ran with them
+        self.alternative: dict[str, Any] | None = None
+        self.first_steps: list[float] = []
+        self.raced: list[Any] = []
+        self.race_from = 0
 
     # ------------------------------------------------------------------ timing per epoch
     def epoch_start(self, run: Any) -> None:
@@ -128,7 +142,7 @@ class Autotuner:
 
     def _epoch_steps(self, run: Any) -> tuple[float | None, list[float]]:
         """This epoch's step times (profiled ones left out) and its first step (epoch-start wait + a median step)."""
-        values = _steps_since(run, self.ring_start)
+        values = steps_since(run, self.ring_start)
         waits = run.timer.epoch_start_wait_ms
         first = None
         if len(waits) > self.starts_seen:
@@ -147,10 +161,10 @@ class Autotuner:
         try:
             self._epoch_end(run, trainer)
         except Exception as err:
-            if self.state == TRIAL and self.originals:
+            if self.state in (TRIAL, RACE) and self.originals:
                 with contextlib.suppress(Exception):
                     trainer.fit_loop._combined_loader.flattened = list(self.originals)
-                for dl, original in zip(self.replaced, self.originals):
+                for dl, original in zip([*self.replaced, *self.raced], [*self.originals, *self.originals]):
                     if dl is not original:
                         shutdown_workers(dl)
             self.state = DONE
@@ -182,6 +196,8 @@ class Autotuner:
             self._apply(run, trainer, self.pending, mid_epoch=False)
         elif self.state == TRIAL and run.timer.steps - self.switch_steps >= MIN_CONFIRM_STEPS:
             self._decide(run, trainer)
+        elif self.state == RACE:  # the raced setting's epoch is over
+            finish_race(self, run, trainer)
 
     def midrun(self, run: Any, trainer: Any) -> None:
         """Right after the mid-run verdict (the same step on every rank): the choice, and, where the position in
@@ -265,7 +281,7 @@ class Autotuner:
             return clean
         out: list[float] = []
         for first, steps in self.entries[: self.split]:
-            out += _spread(first, steps, self.per_epoch)
+            out += spread(first, steps, self.per_epoch)
         return out
 
     def _clean_before(self, run: Any) -> list[float] | None:
@@ -275,18 +291,20 @@ class Autotuner:
         change (rules/autotune.py: CLEAN_BEFORE_STEPS)."""
         if self.clean_from is None or not self.entries[: self.split]:
             return None
-        steps = _steps_since(run, self.clean_from)
+        steps = steps_since(run, self.clean_from)
         if len(steps) < CLEAN_BEFORE_MIN:
             return None
-        return _spread(self.entries[self.split - 1][0], steps, self.per_epoch)
+        return spread(self.entries[self.split - 1][0], steps, self.per_epoch)
 
-    def _after(self) -> list[float]:
-        """The steps with the setting; a start-up paid once (persistent workers, the loader that finishes a
-        switched epoch) is left out: keeping the setting does not pay it again."""
+    def after_steps(self, start: int | None = None) -> list[float]:
+        """The steps with the setting (from entry ``start``: the raced one's); a start-up paid once (persistent
+        workers, the loader that finishes a switched epoch) is left out: keeping the setting does not pay it
+        again."""
+        start = self.split if start is None else start
         out: list[float] = []
-        for i, (first, steps) in enumerate(self.entries[self.split :], start=self.split):
+        for i, (first, steps) in enumerate(self.entries[start:], start=start):
             steps = steps[1:] if (first is None and i == self.split) else steps
-            out += _spread(None if i in self.one_off else first, steps, self.per_epoch)
+            out += spread(None if i in self.one_off else first, steps, self.per_epoch)
         return out
 
     def _apply(
@@ -298,6 +316,7 @@ class Autotuner:
         basis: str = BASIS_VERDICT,
     ) -> None:
         settings, reason = payload.settings, payload.reason
+        self.alternative = payload.alternative
         self.state = DONE
         if settings is None:
             self._not_applied(reason)
@@ -357,26 +376,27 @@ class Autotuner:
             self.record.startup_ms, self.record.in_process_batch_ms = self.first_epoch
         self.state = TRIAL
         when = "mid-epoch, the sampler's position kept" if mid_epoch else f"from epoch {self.switch_epoch}"
-        self._say(
+        self.say(
             f"autotune applied {settings_text(settings)} to {len(changed)} train DataLoader(s) after step {run.timer.steps}"
             f" ({when}); timing it against the {len(self.before)} steps before."
         )
 
     def _choose(self, run: Any, trainer: Any) -> Choice:
         length = run.measured.run_length if run.measured is not None else None
-        why = _cannot_apply(trainer, length)
+        why = cannot_apply(trainer, length)
         if why is not None:
             return Choice(None, why)
         accelerator = run.config.accelerator if run.config is not None else None
-        return choose(run.midrun_report, accelerator)
+        ladder = run.measured.loader_ladder if run.measured is not None else None
+        return choose(run.midrun_report, accelerator, ladder.left_to_run if ladder is not None else None)
 
     def confirms_loader(self, trainer: Any) -> bool:
         """Whether a measured train-loader setting would be applied and timed on the run's own steps (the loader
         probe then times each worker count once: ``measure(run_confirms=True)``)."""
-        return self.state == WAITING and self.pending is None and _cannot_apply(trainer) is None
+        return self.state == WAITING and self.pending is None and cannot_apply(trainer) is None
 
     def _decide(self, run: Any, trainer: Any) -> None:
-        after = self._after()
+        after = self.after_steps()
         decision = decide(self.before, after) if trainer.is_global_zero else None
         if trainer.world_size > 1:
             decision = trainer.strategy.broadcast(decision, src=0)
@@ -392,7 +412,9 @@ class Autotuner:
         )
         if decision.keep:
             record.status = KEPT
-            self._say(f"autotune {autotune_line(record)}")
+            self.say(f"autotune {autotune_line(record)}")
+            if self.alternative is not None and self._epochs_left(trainer) >= MIN_EPOCHS_LEFT:
+                start_race(self, trainer, self.alternative)
             return
         combined = trainer.fit_loop._combined_loader
         combined.flattened = list(self.originals)
@@ -405,7 +427,7 @@ class Autotuner:
         record.status = UNDONE
         record.undone_at_epoch = trainer.current_epoch + 1
         record.reason = decision.reason
-        self._say(f"autotune {autotune_line(record)}")
+        self.say(f"autotune {autotune_line(record)}")
 
     def settled_loader(self) -> str | None:
         """Why the measurement stage need not probe the train loader (a switch already made), else None."""
@@ -416,11 +438,18 @@ class Autotuner:
             f"{self.record.applied_at_step} and times it on the run itself"
         )
 
+    def _epochs_left(self, trainer: Any) -> int:
+        """Epochs the fit runs after the current one (a large number for a fit bounded by steps or time only)."""
+        epochs = run_length(trainer).epochs
+        return 2**31 if epochs is None else epochs - (trainer.current_epoch + 1)
+
     # ------------------------------------------------------------------ the end of fit
     def result(self, run: Any) -> AutotuneRecord:
         """The record for the report: as decided, or what stands when the fit ended."""
+        if self.record is not None and self.state == RACE:
+            self.record.reason = "the fit ended during the raced setting's epoch"
         if self.record is not None and self.state == TRIAL:
-            after = self._after()
+            after = self.after_steps()
             interim = decide(self.before, after)
             self.record.steps_after = len(after)
             self.record.step_ratio, self.record.ratio_interval = interim.ratio, interim.interval
@@ -436,52 +465,8 @@ class Autotuner:
 
     def _not_applied(self, reason: str) -> None:
         self.record = AutotuneRecord(status=NOT_APPLIED, reason=reason)
-        self._say(f"autotune {autotune_line(self.record)}")
+        self.say(f"autotune {autotune_line(self.record)}")
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         if self.verbose:
             rank_zero_info(f"lightning-bottleneck: {text}")
-
-
-def _cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
-    """Why no setting can be applied to this fit (one sentence), else None."""
-    if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
-        return "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
-    epochs = (length if length is not None else run_length(trainer)).epochs
-    if epochs is not None:
-        left = epochs - (trainer.current_epoch + 1)
-        if left < MIN_EPOCHS_LEFT:
-            return (
-                f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
-                "a setting at an epoch boundary and check it"
-            )
-    combined = getattr(trainer.fit_loop, "_combined_loader", None)
-    loaders = list(combined.flattened) if combined is not None else []
-    if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):
-        return "no train DataLoader autotune can re-create (map-style, workers not already persistent)"
-    return None
-
-
-def _steps_since(run: Any, start: int) -> list[float]:
-    """The step times timed from position ``start`` of the step ring on, the profiled ones left out."""
-    ring = run.timer.step_ms
-    count = ring.n - start
-    values = ring.last(count) if count > 0 else []
-    window = run.window_ring
-    if window is None:
-        return list(values)
-    lo, hi = window
-    return [v for i, v in enumerate(values, start=ring.n - len(values)) if not lo <= i < hi]
-
-
-def _spread(first: float | None, steps: list[float], per_epoch: int | None) -> list[float]:
-    """An epoch's timed steps with its epoch-start wait (``first``: the wait plus a median step) spread over the
-    epoch's ``per_epoch`` steps: one wait an epoch, which every epoch with the setting pays. The mean is then the
-    epoch's time a step whatever steps were left out (the profiled ones), and one long wait among a few steps no
-    longer makes the bootstrap interval of the mean span everything (issue 29's worker_restart: a 0.4 s start-up
-    among 10 steps of 2 ms, "inconclusive" at 3.5x)."""
-    if first is None or not steps:
-        return ([first] if first is not None else []) + steps
-    med = median(steps)
-    share = max(0.0, first - med) / max(per_epoch or 0, len(steps) + 1)
-    return [v + share for v in (med, *steps)]

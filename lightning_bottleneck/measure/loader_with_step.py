@@ -112,10 +112,22 @@ def time_in_training(
 
     ``one_pass``: the run confirms the choice on its own steps (autotune), which the two timings of the current count
     and the second timing of a win guard against here: each count is timed once, in the share the whole order
-    would give it, and the shares of the timings left out are not spent."""
+    would give it, and the shares of the timings left out are not spent. With CPU-bound loading (no ``candidates``)
+    only the core count is timed then, and twice that is left to the run (:attr:`LoaderLadder.left_to_run`):
+    autotune runs it for one epoch after the core count's and keeps the faster on the run's own steps
+    (:mod:`lightning_bottleneck.live.autotune_race`). Issue 29's cpu_transform on the 2-core machine: 2 and 4
+    workers timed 2 412-2 906 and 2 418-2 764 samples/s in 0.15 s windows, a coin toss, where over 8 epochs 4
+    trained 1-10% faster in every sweep (15.68 against 16.47 s, 17.50 / 17.63, 17.22 / 18.14, 19.14 / 19.50,
+    19.42 / 21.46): the pick of 2 in a third of the fits cost up to ~1 s of its later epochs, and timing 4 cost
+    the probe ~0.3 s of its first."""
     given = candidates is not None
+    raced: list[int] = []
     if candidates is None:
         candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
+        if one_pass and candidates[0] != current:
+            # the run races the larger count against the one it applies (see the docstring)
+            raced = [w for w in candidates[1:] if min(w, WAIT_BOUND_MAX_WORKERS) != candidates[0]]
+            candidates = candidates[:1]
         if current > 0:
             # loading in the training process, fed to the step too: the plan may advise dropping workers that
             # restart every epoch (issue 28: worker_restart's num_workers=0 was a bound "up to 56x", its step
@@ -182,6 +194,12 @@ def time_in_training(
                 order.append(again)
     if ladder.in_training_rung(current) is None:
         ladder.in_training.clear()
+    elif raced and batch_bytes and ladder.in_training_rung(max(1, cpus)) is not None:
+        ladder.left_to_run = [
+            min(w, WAIT_BOUND_MAX_WORKERS)
+            for w in raced
+            if affordable(min(w, WAIT_BOUND_MAX_WORKERS), 2, batch_bytes, memory_budget, ladder)
+        ]
 
 
 def wait_bound_candidate(

@@ -6,7 +6,7 @@ from typing import Any
 
 from lightning_bottleneck.autotune_record import APPLIED, BASIS_FIRST_EPOCH, KEPT, UNDONE, AutotuneRecord
 
-__all__ = ["autotune_line", "basis_text", "measured_text", "settings_text"]
+__all__ = ["autotune_line", "basis_text", "measured_text", "race_line", "race_text", "settings_text"]
 
 
 def settings_text(settings: dict[str, Any]) -> str:
@@ -39,6 +39,31 @@ def basis_text(record: AutotuneRecord) -> str:
     )
 
 
+def race_text(record: AutotuneRecord) -> str:
+    """``, then ran num_workers=4 for epoch 1 (0.93x the mean step time of num_workers=2 ...: num_workers=4 stayed)``;
+    empty without a race."""
+    if not record.raced:
+        return ""
+    first = settings_text(_differing(record.raced_against, record.raced))
+    raced = settings_text(_differing(record.raced, record.raced_against))
+    head = f", then ran {raced} for epoch {record.raced_at_epoch}"
+    if record.race_ratio is None:
+        return head + (f" ({record.reason})" if record.reason else "")
+    interval = record.race_interval
+    spread = f", 95% interval {interval[0]:.2f}x to {interval[1]:.2f}x" if interval is not None else ""
+    stayed = raced if record.race_won else first
+    return f"{head} ({record.race_ratio:.2f}x the mean step time of {first}{spread}: {stayed} stayed)"
+
+
+def race_line(record: AutotuneRecord) -> str:
+    """The race's outcome in one sentence (the terminal line when it ends)."""
+    return f"{settings_text(record.raced_against)} was kept{race_text(record)}; measured {measured_text(record)}."
+
+
+def _differing(settings: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if other.get(k) != v} or settings
+
+
 def autotune_line(record: AutotuneRecord) -> str:
     """One sentence: what autotune applied, at which step, what it measured, and whether it was kept."""
     what = settings_text(record.settings)
@@ -51,7 +76,11 @@ def autotune_line(record: AutotuneRecord) -> str:
     ) + basis_text(record)
     measured = measured_text(record)
     if record.status == KEPT:
-        return f"applied {what} {where}: measured {measured}; kept. To keep it without autotune: {record.keep_line}"
+        first = settings_text(record.raced_against) if record.raced else what
+        return (
+            f"applied {first} {where}{race_text(record)}: measured {measured}; kept. To keep it without autotune: "
+            f"{record.keep_line}"
+        )
     if record.status == UNDONE:
         return (
             f"applied {what} {where}, switched back from epoch {record.undone_at_epoch}: "

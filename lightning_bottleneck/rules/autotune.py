@@ -9,6 +9,8 @@ advice its switch settled.
   :data:`~lightning_bottleneck.thresholds.NO_CHANGE_BAND`), on the *mean* step time with the epoch-start
   waits in (a worker start-up paid once per epoch is a cost of the setting the median would not see). Kept only
   when faster beyond noise; anything else is switched back.
+* :func:`race`: once the setting is kept, the worker count the probe left to the run (:func:`alternative`) runs
+  for one epoch; the faster of the two on the mean step stays.
 * :func:`settled`: at the end of fit, the advice the switch already answered (not advised again).
 * :func:`restart_bound` / :func:`restart_fix`: the one case decided before any profiling, at the end of the first
   epoch: workers that restart every epoch spent most of it starting up. The fix is ``num_workers=0`` when loading
@@ -40,8 +42,11 @@ __all__ = [
     "MIN_EPOCHS_LEFT",
     "RESTART_SHARE_MIN",
     "Decision",
+    "RaceResult",
+    "alternative",
     "choose",
     "decide",
+    "race",
     "restart_bound",
     "restart_fix",
     "settled",
@@ -81,16 +86,29 @@ RESTART_SHARE_MIN = 0.5
 
 
 class Choice(NamedTuple):
-    """What autotune applies (None: nothing, ``reason`` says why in one sentence) and, for a verdict's setting
-    switched mid-epoch, how many steps after the verdict it waits and is judged against."""
+    """What autotune applies (None: nothing, ``reason`` says why in one sentence); for a verdict's setting switched
+    mid-epoch, how many steps after the verdict it waits and is judged against; and the setting raced against it
+    for one epoch once it is kept (None: none; the worker count the probe left to the run, :func:`alternative`)."""
 
     settings: dict[str, Any] | None
     reason: str = ""
     clean_steps: int = CLEAN_BEFORE_STEPS
+    alternative: dict[str, Any] | None = None
 
 
-def choose(report: Report | None, accelerator: str | None) -> Choice:
-    """The settings to apply, or None with the reason in one sentence."""
+def alternative(settings: dict[str, Any], left_to_run: list[int]) -> dict[str, Any] | None:
+    """``settings`` with the worker count the loader probe left to the run (``LoaderLadder.left_to_run``: where the
+    run confirms the choice, CPU-bound loading times only the core count with the step), or None."""
+    workers = settings.get("num_workers")
+    others = [w for w in left_to_run if w != workers]
+    if not workers or not others:
+        return None
+    return {**settings, "num_workers": others[0]}
+
+
+def choose(report: Report | None, accelerator: str | None, left_to_run: list[int] | None = None) -> Choice:
+    """The settings to apply, or None with the reason in one sentence; ``left_to_run``: the worker counts the loader
+    probe left for the run to time (the :attr:`Choice.alternative`)."""
     if report is None:
         return Choice(None, "no mid-run verdict was taken")
     for rec in report.recommendations:
@@ -103,7 +121,8 @@ def choose(report: Report | None, accelerator: str | None) -> Choice:
             settings.pop("pin_memory", None)
         if settings:
             large = (rec.expected_speedup or 0.0) >= LARGE_GAIN_MIN
-            return Choice(settings, "", CLEAN_BEFORE_MIN if large else CLEAN_BEFORE_STEPS)
+            other = alternative(settings, left_to_run or [])
+            return Choice(settings, "", CLEAN_BEFORE_MIN if large else CLEAN_BEFORE_STEPS, other)
     return Choice(
         None,
         "the mid-run report has no measured DataLoader setting to apply (no loader advice, or none measured)",
@@ -140,6 +159,26 @@ def decide(before_ms: list[float], after_ms: list[float]) -> Decision:
             False, ratio, interval, NO_CHANGE, f"no change beyond the ±{NO_CHANGE_BAND:.0%} noise band"
         )
     return Decision(False, ratio, interval, INCONCLUSIVE, "not faster beyond the run's noise")
+
+
+@dataclass(frozen=True)
+class RaceResult:
+    second_wins: bool
+    ratio: float | None  # mean step with the second setting / mean step with the first
+    interval: tuple[float, float] | None
+
+
+def race(first_ms: list[float], second_ms: list[float]) -> RaceResult:
+    """Two settings that both loaded faster than the loader as it was (the first kept by :func:`decide`, the second
+    run for an epoch after it): the second stays when its steps took less time on the mean, by any margin (the
+    run's own hundreds of steps each; going back costs one more start-up of the first's workers, staying nothing),
+    and with fewer than :data:`MIN_CONFIRM_STEPS` steps of either the first stays."""
+    a = [x for x in first_ms if x > 0]
+    b = [x for x in second_ms if x > 0]
+    if len(a) < MIN_CONFIRM_STEPS or len(b) < MIN_CONFIRM_STEPS:
+        return RaceResult(False, None, None)
+    ratio = (sum(b) / len(b)) / (sum(a) / len(a))
+    return RaceResult(ratio < 1.0, ratio, ratio_interval(a, b, statistic="mean"))
 
 
 def restart_bound(start_ms: float, epoch_steps_ms: float) -> bool:

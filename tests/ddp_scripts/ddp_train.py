@@ -89,13 +89,20 @@ def main(out_dir: str, mode: str) -> None:
 
         # rank 1's own chooser would also wait another number of steps: the broadcast carries rank zero's
         chosen = (
-            Choice({"num_workers": 1, "persistent_workers": True}, "", CLEAN_BEFORE_MIN)
+            Choice(
+                {"num_workers": 2, "persistent_workers": True},
+                "",
+                CLEAN_BEFORE_MIN,
+                alternative={"num_workers": 3, "persistent_workers": True},  # raced once the first is kept
+            )
             if rank == 0
             else Choice(None, "", CLEAN_BEFORE_STEPS)
         )
-        live.choose = lambda report, accelerator: chosen  # type: ignore[assignment]
+        live.choose = lambda report, accelerator, left_to_run=None: chosen  # type: ignore[assignment]
         model = Regressor(width=64, depth=1)
-        data = SlowOnOneRank(n=160)  # 20 steps an epoch on each rank
+        # 40 steps an epoch on each rank; rank zero's batches sleep 16 ms in-process (both ranks wait for them), so
+        # two workers are ~2x (kept) and the race of three has the 20 steps it needs to be decided
+        data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=320)
         callback = BottleneckCallback(
             wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
             trial_budget_s=0, autotune=True,
