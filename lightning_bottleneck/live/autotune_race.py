@@ -42,9 +42,8 @@ def start_race(tuner: Any, trainer: Any, settings: dict[str, Any]) -> None:
             shutdown_workers(dl)
     tuner.raced, tuner.race_from = raced, len(tuner.entries)
     if any(not draws_every_epoch(dl) for dl, o in zip(raced, tuner.originals) if dl is not o):
-        tuner.one_off.add(
-            tuner.race_from
-        )  # persistent workers start once: keeping them does not pay it again
+        # persistent workers start once: keeping them does not pay it again
+        tuner.one_off.add(tuner.race_from)
     record.raced, record.raced_against = dict(settings), dict(record.settings)
     record.raced_at_epoch = trainer.current_epoch + 1
     tuner.state = RACE
