@@ -21,7 +21,10 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
    rank zero compares the steps after with the steps before
    (:func:`~lightning_bottleneck.rules.autotune.decide`, the noise-aware comparison of ``compare``) and
    broadcasts keep or undo; undo puts the original loaders back and shuts down the workers autotune started.
-3. *done*.
+3. *race*: a kept setting with a :attr:`~lightning_bottleneck.rules.autotune.Choice.alternative` (the worker count
+   the loader probe left to the run) and at least two epochs left: the alternative runs the next epoch and the
+   faster stays (:mod:`lightning_bottleneck.live.autotune_race`).
+4. *done*.
 
 One case is decided earlier, at the end of the first epoch, before the profiling window's verdict (or where that
 verdict has no measured setting to apply): workers that restart every epoch spent most of it starting up

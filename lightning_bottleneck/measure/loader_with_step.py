@@ -58,6 +58,8 @@ IN_TRAINING_OVERSUBSCRIPTION = 2
 # never squeeze it out; STEP_ALONE_STEPS timed steps after one warm-up (the median: one hiccup does not move it), and
 # no figure below STEP_ALONE_MIN_STEPS.
 STEP_ALONE_SHARE = 0.1
+STEP_ALONE_STEPS = 9
+STEP_ALONE_MIN_STEPS = 3
 # Where the run confirms the choice on its own steps (autotune: ``time_in_training(one_pass=True)``), each count's
 # window with the step is this long once its prefetch queue is drained, not loader_rung.MIN_MEASURE_S: the timings
 # only rank the counts (the run then times the one chosen against its own steps, on hundreds of steps, and switches
@@ -66,8 +68,6 @@ STEP_ALONE_SHARE = 0.1
 # epoch ~0.9 s longer than the best setting's; 0.15 s still holds 16+ batches of a loader as slow as its 9 ms
 # in-process ones, two rounds at least of 4 workers.
 ONE_PASS_WINDOW_S = 0.15
-STEP_ALONE_STEPS = 9
-STEP_ALONE_MIN_STEPS = 3
 
 
 def time_step_alone(
