@@ -64,6 +64,9 @@ class AutotuneRecord:
     race_ratio: float | None = None
     race_interval: tuple[float, float] | None = None
     race_won: bool = False
+    race_ended: bool = (
+        False  # the raced epoch ended and the race was decided (False: the fit ended during it)
+    )
 
     @property
     def speedup(self) -> float | None:
@@ -113,6 +116,7 @@ class AutotuneRecord:
             if self.race_interval is None
             else [round(x, 4) for x in self.race_interval],
             "race_won": self.race_won,
+            "race_ended": self.race_ended,
         }
 
     @classmethod
@@ -146,6 +150,7 @@ class AutotuneRecord:
             race_ratio=_float(d.get("race_ratio")),
             race_interval=_pair(d.get("race_interval")),
             race_won=bool(d.get("race_won", False)),
+            race_ended=bool(d.get("race_ended", False)),
         )
 
 

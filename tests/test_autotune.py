@@ -252,7 +252,7 @@ def test_the_count_left_to_the_run_is_raced_for_an_epoch_and_the_faster_stays(
     assert record is not None and record.status == KEPT, record
     assert record.raced == other and record.raced_against == applied and record.raced_at_epoch == 1, record
     won = raced > first
-    assert record.race_won is won and record.race_ratio is not None, record
+    assert record.race_ended and record.race_won is won and record.race_ratio is not None, record
     assert (record.race_ratio < 0.7) if won else (record.race_ratio > 1.4), record
     assert record.settings == (other if won else applied)
     assert trainer.train_dataloader.num_workers == record.settings["num_workers"]
@@ -435,17 +435,16 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
     # only rank zero's choice was given; rank 1 applied it from the broadcast, at the same step
     first = {"num_workers": 2, "persistent_workers": True}
     assert zero["applied_at_step"] == one["applied_at_step"] is not None
-    assert zero["status"] == one["status"] and zero["status"] in (KEPT, UNDONE)
-    assert zero["workers_now"] == one["workers_now"]
-    if zero["status"] == UNDONE:
-        assert zero["settings"] == one["settings"] == first and not zero["raced"] and not one["raced"]
-    else:  # kept: both ranks raced rank zero's alternative at the same epoch and kept the same winner
-        assert zero["raced_against"] == one["raced_against"] == first, (zero, one)
-        assert zero["raced"] == one["raced"] == {"num_workers": 3, "persistent_workers": True}
-        assert zero["raced_at_epoch"] == one["raced_at_epoch"] is not None
-        assert zero["race_won"] == one["race_won"] and zero["settings"] == one["settings"]
-        assert zero["race_ratio"] == one["race_ratio"] and zero["speedup"] == one["speedup"]
-        assert zero["workers_now"] == zero["settings"]["num_workers"]
+    # kept (rank zero's 16 ms sleeps a batch in-process, two workers load two at once: 3.7-3.9x in runs here), then
+    # both ranks raced rank zero's alternative at the same epoch, decided it alike and kept the same winner
+    assert zero["status"] == one["status"] == KEPT, (zero, one)
+    assert zero["raced_against"] == one["raced_against"] == first, (zero, one)
+    assert zero["raced"] == one["raced"] == {"num_workers": 3, "persistent_workers": True}
+    assert zero["raced_at_epoch"] == one["raced_at_epoch"] is not None
+    assert zero["race_ended"] and one["race_ended"] and zero["race_ratio"] is not None, (zero, one)
+    assert zero["race_won"] == one["race_won"] and zero["settings"] == one["settings"]
+    assert zero["race_ratio"] == one["race_ratio"] and zero["speedup"] == one["speedup"]
+    assert zero["workers_now"] == one["workers_now"] == zero["settings"]["num_workers"]
 
 
 # ---------------------------------------------------------------------------------------------- pure parts
@@ -550,6 +549,7 @@ def test_the_record_round_trips_and_renders_everywhere() -> None:
     raced = {"num_workers": 4, "persistent_workers": True}
     record.raced, record.raced_against, record.raced_at_epoch = raced, dict(WORKERS), 3
     record.race_ratio, record.race_interval, record.race_won, record.settings = 0.9, (0.85, 0.95), True, raced
+    record.race_ended = True
     again = Report.from_dict(json.loads(report.to_json()))
     assert again.autotune == record
     line = autotune_line(record)
@@ -557,6 +557,14 @@ def test_the_record_round_trips_and_renders_everywhere() -> None:
     assert "then ran num_workers=4 for epoch 3 (0.90x the mean step time of num_workers=2" in line, line
     assert "num_workers=4 stayed" in line and "0.85x to 0.95x" in line, line
     assert "then ran num_workers=4" in render_text(report) and "then ran num_workers=4" in render_html(report)
+    record.race_ended = False  # the fit ended during the raced epoch (nothing was decided)
+    assert "then ran num_workers=4 for epoch 3 (the fit ended during that epoch)" in autotune_line(record)
+    record.race_ended, record.race_ratio, record.race_won = (
+        True,
+        None,
+        False,
+    )  # too few steps: the first stays
+    assert "(too few steps to compare: num_workers=2 stayed)" in autotune_line(record)
 
 
 def test_the_option_is_validated_and_flows_from_the_environment_and_the_cli(

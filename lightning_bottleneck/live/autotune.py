@@ -63,6 +63,7 @@ from lightning_bottleneck.live.autotune_steps import (
     TRIAL,
     WAITING,
     cannot_apply,
+    epochs_left,
     spread,
     steps_since,
 )
@@ -416,7 +417,8 @@ class Autotuner:
         if decision.keep:
             record.status = KEPT
             self.say(f"autotune {autotune_line(record)}")
-            if self.alternative is not None and self._epochs_left(trainer) >= MIN_EPOCHS_LEFT:
+            left = epochs_left(trainer)
+            if self.alternative is not None and (left is None or left >= MIN_EPOCHS_LEFT):
                 start_race(self, trainer, self.alternative)
             return
         combined = trainer.fit_loop._combined_loader
@@ -441,16 +443,9 @@ class Autotuner:
             f"{self.record.applied_at_step} and times it on the run itself"
         )
 
-    def _epochs_left(self, trainer: Any) -> int:
-        """Epochs the fit runs after the current one (a large number for a fit bounded by steps or time only)."""
-        epochs = run_length(trainer).epochs
-        return 2**31 if epochs is None else epochs - (trainer.current_epoch + 1)
-
     # ------------------------------------------------------------------ the end of fit
     def result(self, run: Any) -> AutotuneRecord:
         """The record for the report: as decided, or what stands when the fit ended."""
-        if self.record is not None and self.state == RACE:
-            self.record.reason = "the fit ended during the raced setting's epoch"
         if self.record is not None and self.state == TRIAL:
             after = self.after_steps()
             interim = decide(self.before, after)

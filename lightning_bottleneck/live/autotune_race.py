@@ -12,7 +12,7 @@ boundary.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_bottleneck.advice.autotune import keep_line
 from lightning_bottleneck.live.autotune_steps import DONE, RACE
@@ -20,10 +20,13 @@ from lightning_bottleneck.live.loader_switch import draws_every_epoch, recreate,
 from lightning_bottleneck.output.autotune import race_line, settings_text
 from lightning_bottleneck.rules.autotune import decide, race
 
+if TYPE_CHECKING:  # the state machine that calls these (live/autotune.py imports this module)
+    from lightning_bottleneck.live.autotune import Autotuner
+
 __all__ = ["finish_race", "start_race"]
 
 
-def start_race(tuner: Any, trainer: Any, settings: dict[str, Any]) -> None:
+def start_race(tuner: Autotuner, trainer: Any, settings: dict[str, Any]) -> None:
     """At the boundary after the kept setting's check: the loaders re-created from the user's with ``settings`` for
     one epoch; the kept setting's workers stop. Failing, the kept setting stays and nothing is raced."""
     try:
@@ -35,6 +38,7 @@ def start_race(tuner: Any, trainer: Any, settings: dict[str, Any]) -> None:
         tuner.say(f"autotune could not race {settings_text(settings)} ({type(err).__name__}: {err}).")
         return
     record = tuner.record
+    assert record is not None  # set by the switch the race follows
     tuner.first_steps = tuner.after_steps()
     trainer.fit_loop._combined_loader.flattened = raced
     for dl, original in zip(tuner.replaced, tuner.originals):
@@ -53,7 +57,7 @@ def start_race(tuner: Any, trainer: Any, settings: dict[str, Any]) -> None:
     )
 
 
-def finish_race(tuner: Any, run: Any, trainer: Any) -> None:
+def finish_race(tuner: Autotuner, run: Any, trainer: Any) -> None:
     """At the end of the raced epoch: rank zero's :func:`~lightning_bottleneck.rules.autotune.race`, the same on every
     rank; the raced setting stays if its steps were faster, else the kept one is re-created from the user's loader."""
     second = tuner.after_steps(tuner.race_from)
@@ -68,8 +72,9 @@ def finish_race(tuner: Any, run: Any, trainer: Any) -> None:
     result, decision, steps = payload
     tuner.state = DONE
     record = tuner.record
+    assert record is not None
     record.race_ratio, record.race_interval = result.ratio, result.interval
-    record.race_won = result.second_wins
+    record.race_won, record.race_ended = result.second_wins, True
     if decision is not None:
         record.settings = dict(record.raced)
         config = run.config

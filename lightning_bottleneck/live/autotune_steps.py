@@ -12,25 +12,29 @@ from lightning_bottleneck.live.loader_switch import eligible, epoch_batches
 from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.rules.autotune import MIN_EPOCHS_LEFT
 
-__all__ = ["DONE", "RACE", "TRIAL", "WAITING", "cannot_apply", "spread", "steps_since"]
+__all__ = ["DONE", "RACE", "TRIAL", "WAITING", "cannot_apply", "epochs_left", "spread", "steps_since"]
 
 #: The autotuner's states (live/autotune.py): waiting for its choice, timing the applied setting against the steps
 #: before, racing the alternative for one epoch (live/autotune_race.py), done.
 WAITING, TRIAL, RACE, DONE = "waiting", "trial", "race", "done"
 
 
+def epochs_left(trainer: Any, length: RunLength | None = None) -> int | None:
+    """Epochs the fit runs after the current one; None for a fit bounded by steps or time only."""
+    epochs = (length if length is not None else run_length(trainer)).epochs
+    return None if epochs is None else epochs - (trainer.current_epoch + 1)
+
+
 def cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
     """Why no setting can be applied to this fit (one sentence), else None."""
     if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
         return "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
-    epochs = (length if length is not None else run_length(trainer)).epochs
-    if epochs is not None:
-        left = epochs - (trainer.current_epoch + 1)
-        if left < MIN_EPOCHS_LEFT:
-            return (
-                f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
-                "a setting at an epoch boundary and check it"
-            )
+    left = epochs_left(trainer, length)
+    if left is not None and left < MIN_EPOCHS_LEFT:
+        return (
+            f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
+            "a setting at an epoch boundary and check it"
+        )
     combined = getattr(trainer.fit_loop, "_combined_loader", None)
     loaders = list(combined.flattened) if combined is not None else []
     if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):

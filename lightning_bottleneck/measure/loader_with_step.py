@@ -126,7 +126,9 @@ def time_in_training(
         candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
         if one_pass and candidates[0] != current:
             # the run races the larger count against the one it applies (see the docstring)
-            raced = [w for w in candidates[1:] if min(w, WAIT_BOUND_MAX_WORKERS) != candidates[0]]
+            raced = [
+                c for c in (min(w, WAIT_BOUND_MAX_WORKERS) for w in candidates[1:]) if c != candidates[0]
+            ]
             candidates = candidates[:1]
         if current > 0:
             # loading in the training process, fed to the step too: the plan may advise dropping workers that
@@ -195,11 +197,7 @@ def time_in_training(
     if ladder.in_training_rung(current) is None:
         ladder.in_training.clear()
     elif raced and batch_bytes and ladder.in_training_rung(max(1, cpus)) is not None:
-        ladder.left_to_run = [
-            min(w, WAIT_BOUND_MAX_WORKERS)
-            for w in raced
-            if affordable(min(w, WAIT_BOUND_MAX_WORKERS), 2, batch_bytes, memory_budget, ladder)
-        ]
+        ladder.left_to_run = [w for w in raced if affordable(w, 2, batch_bytes, memory_budget, ladder)]
 
 
 def wait_bound_candidate(

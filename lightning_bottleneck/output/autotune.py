@@ -47,8 +47,10 @@ def race_text(record: AutotuneRecord) -> str:
     first = settings_text(_differing(record.raced_against, record.raced))
     raced = settings_text(_differing(record.raced, record.raced_against))
     head = f", then ran {raced} for epoch {record.raced_at_epoch}"
+    if not record.race_ended:
+        return f"{head} (the fit ended during that epoch)"
     if record.race_ratio is None:
-        return head + (f" ({record.reason})" if record.reason else "")
+        return f"{head} (too few steps to compare: {first} stayed)"
     interval = record.race_interval
     spread = f", 95% interval {interval[0]:.2f}x to {interval[1]:.2f}x" if interval is not None else ""
     stayed = raced if record.race_won else first
