@@ -92,13 +92,9 @@ class AutotuneRecord:
             "steps_before": self.steps_before,
             "steps_after": self.steps_after,
             "step_ratio": None if self.step_ratio is None else round(self.step_ratio, 4),
-            "ratio_interval": None
-            if self.ratio_interval is None
-            else [round(x, 4) for x in self.ratio_interval],
+            "ratio_interval": _rounded_pair(self.ratio_interval, 4),
             "speedup": None if self.speedup is None else round(self.speedup, 3),
-            "speedup_interval": None
-            if self.speedup_interval is None
-            else [round(x, 3) for x in self.speedup_interval],
+            "speedup_interval": _rounded_pair(self.speedup_interval, 3),
             "outcome": self.outcome,
             "loaders": self.loaders,
             "reason": self.reason,
@@ -112,16 +108,13 @@ class AutotuneRecord:
             "raced_against": dict(self.raced_against),
             "raced_at_epoch": self.raced_at_epoch,
             "race_ratio": None if self.race_ratio is None else round(self.race_ratio, 4),
-            "race_interval": None
-            if self.race_interval is None
-            else [round(x, 4) for x in self.race_interval],
+            "race_interval": _rounded_pair(self.race_interval, 4),
             "race_won": self.race_won,
             "race_ended": self.race_ended,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AutotuneRecord:
-        interval = d.get("ratio_interval")
         return cls(
             status=str(d.get("status", NOT_APPLIED)),
             settings=dict(d.get("settings") or {}),
@@ -134,9 +127,7 @@ class AutotuneRecord:
             steps_before=int(d.get("steps_before") or 0),
             steps_after=int(d.get("steps_after") or 0),
             step_ratio=None if d.get("step_ratio") is None else float(d["step_ratio"]),
-            ratio_interval=(float(interval[0]), float(interval[1]))
-            if isinstance(interval, (list, tuple)) and len(interval) == 2
-            else None,
+            ratio_interval=_pair(d.get("ratio_interval")),
             outcome=d.get("outcome"),
             loaders=int(d.get("loaders") or 0),
             reason=str(d.get("reason") or ""),
@@ -160,6 +151,10 @@ def _int(x: Any) -> int | None:
 
 def _float(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _rounded_pair(pair: tuple[float, float] | None, digits: int) -> list[float] | None:
+    return None if pair is None else [round(x, digits) for x in pair]
 
 
 def _pair(x: Any) -> tuple[float, float] | None:
