@@ -14,6 +14,14 @@ extra time between the lengths and the fixed cost (window, analysis, verdicts) i
 * ``callback@OLD``: the same from another checkout (``--against OLD``), for a before/after in the same run
 
     python benchmarks/tiny_steps.py [--epochs 5 50] [--rounds 7] [--against ../old-checkout]
+
+``--unused-hook`` measures one no-op hook instead, where the drift between fits cancels: inside one fit with the
+callback (its window pushed past the run, so nothing but the always-on path runs), the callback's
+``on_before_zero_grad`` (``Callback``'s no-op, which Lightning calls every step with a profiler action unless it is
+shadowed: ``live/phase_hooks.UNUSED_HOOKS``) is put back in Lightning's hook calls on every other step; it prints
+the median step with and without it, per round (one fit a round, in a fresh process):
+
+    python benchmarks/tiny_steps.py --unused-hook --rounds 3
 """
 
 from __future__ import annotations
@@ -115,13 +123,65 @@ def _run(variant: str, epochs: int, against: str | None) -> float:
     return float(result["fit_s"])
 
 
+def unused_hook_fit(epochs: int) -> tuple[float, float, int]:
+    """One fit of :func:`tiny_fit` with the callback, its ``on_before_zero_grad`` in Lightning's hook calls on every
+    other step: (median step with it, median step without it, pairs), seconds; the first 200 steps left out."""
+    import lightning.pytorch as pl
+
+    from lightning_bottleneck import BottleneckCallback
+
+    cb = BottleneckCallback(verbose=False, probe_loader=False, trial_budget_s=0, skip_first=10**9)
+    steps: dict[bool, list[float]] = {True: [], False: []}
+
+    class Switch(pl.Callback):
+        """At each batch start: the step that just ended goes to its hook state's list; the next one's state set."""
+
+        def __init__(self) -> None:
+            self.last: float | None = None
+            self.hook_in = False
+            self.n = 0
+
+        def on_train_batch_start(self, *args: Any) -> None:
+            now = time.perf_counter()
+            if self.last is not None and self.n > 200:
+                steps[self.hook_in].append(now - self.last)
+            self.last, self.n = now, self.n + 1
+            self.hook_in = self.n % 2 == 1
+            if self.hook_in:
+                cb.__dict__.pop("on_before_zero_grad", None)  # the class's (Callback's) no-op: called
+            else:
+                cb.__dict__["on_before_zero_grad"] = None  # shadowed: Lightning skips it
+
+    tiny_fit([Switch(), cb], epochs)
+    return statistics.median(steps[True]), statistics.median(steps[False]), len(steps[False])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--epochs", type=int, nargs=2, default=[5, 50], help="the two fit lengths, in epochs")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--against", default=None, help="another checkout: its callback runs beside this one's")
     p.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--unused-hook", action="store_true", help="one no-op hook, switched every step in one fit"
+    )
+    p.add_argument("--unused-hook-one", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.unused_hook_one:
+        print(json.dumps(unused_hook_fit(a.unused_hook_one)))
+        return
+    if a.unused_hook:
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
+        )
+        for i in range(a.rounds):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--unused-hook-one", str(a.epochs[1])]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, timeout=600)
+            with_hook, without, pairs = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"round {i + 1}: median step with the no-op hook {with_hook * 1e6:.1f} us, without "
+                  f"{without * 1e6:.1f} us: {(with_hook - without) * 1e6:+.1f} us a step ({pairs} pairs)", flush=True)  # fmt: skip
+        return
     if a.one:
         fit_s = one_fit(a.one[0], int(a.one[1]))
         pkg = sys.modules.get("lightning_bottleneck")

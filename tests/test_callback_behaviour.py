@@ -15,7 +15,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning_bottleneck import BottleneckCallback, Category
 from lightning_bottleneck.live.fit_run import FitRun
 
-from conftest import fit_scenario, quiet_trainer
+from conftest import FAST_CALLBACK, fit_scenario, quiet_trainer
+from scenarios import scenario
 
 
 @pytest.mark.parametrize(
@@ -171,6 +172,43 @@ def test_phase_hooks_leave_lightnings_hook_calls_outside_the_window_and_come_bac
     assert cb.report is not None and cb.report.steps_profiled == 4
     phases = cb.report.metrics["trace"]["phases"]  # the labels were there while recording
     assert phases.get("backward", 0) > 0 and phases.get("optimizer_step", 0) > 0, phases
+
+
+class _ZeroGradCounting(BottleneckCallback):
+    """A user's subclass with its own ``on_before_zero_grad``: that hook stays in Lightning's calls."""
+
+    calls = 0
+
+    def on_before_zero_grad(self, *args: object) -> None:
+        type(self).calls += 1
+
+
+def test_no_hook_of_the_callback_runs_every_batch_outside_the_window(tmp_path: Path) -> None:
+    """Lightning calls a callback's per-batch hooks whether it overrides them or not, each with a profiler action
+    (2-4 us a step on a ~0.9 ms CPU step: benchmarks/tiny_steps.py --unused-hook): outside the window no hook of the callback is called per
+    training or validation batch (the user's own profiler sees every call), and a subclass's own override still is."""
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    profiler = SimpleProfiler()
+    _, cb = fit_scenario("slow_val", tmp_path, max_steps=24, val_check_interval=12, limit_val_batches=2,
+                         profiler=profiler)  # fmt: skip
+    assert cb.report is not None and cb.report.steps_profiled == 4
+    ours = {
+        k: len(v)
+        for k, v in profiler.recorded_durations.items()
+        if k.startswith("[Callback]BottleneckCallback")
+    }
+    per_batch = {k: n for k, n in ours.items() if "batch" in k or "zero_grad" in k or "backward" in k}
+    # the window's 8 steps (wait 2 + warmup 2 + active 4) call the step hooks; nothing else does
+    assert per_batch and max(per_batch.values()) <= 8, ours
+    assert not any("validation_batch" in k or "zero_grad" in k for k in ours), ours
+    assert sum(len(v) for k, v in profiler.recorded_durations.items() if "validation_step" in k) >= 2
+
+    counting = _ZeroGradCounting(**FAST_CALLBACK)
+    quiet_trainer(tmp_path / "sub", [counting], max_steps=10, limit_val_batches=0).fit(
+        *scenario("compute")[:2]
+    )
+    assert _ZeroGradCounting.calls == 10 and "on_before_zero_grad" not in vars(counting)
 
 
 def test_logger_false_writes_to_default_root_dir(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_bottleneck.live import options as opt
 from lightning_bottleneck.live.fit_run import FitRun
-from lightning_bottleneck.live.phase_hooks import AUTOTUNE_HOOKS, REMOVABLE_HOOKS, set_hooks, set_phase_hooks
+from lightning_bottleneck.live.phase_hooks import REMOVABLE_HOOKS, reset_hooks
 from lightning_bottleneck.live.profiler_window import stands_down
 from lightning_bottleneck.live.run_options import RunOptions
 from lightning_bottleneck.report import Report
@@ -166,8 +166,7 @@ class BottleneckCallback(Callback):
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
-        set_phase_hooks(self, True)
-        set_hooks(self, AUTOTUNE_HOOKS, self.autotune)
+        reset_hooks(self, self.autotune)
         self._disabled = False
         self._active_fit = False
         self._run = FitRun(RunOptions.of(self), owner=self)
