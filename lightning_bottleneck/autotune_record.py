@@ -64,9 +64,8 @@ class AutotuneRecord:
     race_ratio: float | None = None
     race_interval: tuple[float, float] | None = None
     race_won: bool = False
-    race_ended: bool = (
-        False  # the raced epoch ended and the race was decided (False: the fit ended during it)
-    )
+    #: the raced epoch ended and the race was decided (False: the fit ended during it)
+    race_ended: bool = False
 
     @property
     def speedup(self) -> float | None:

@@ -204,6 +204,7 @@ def test_no_hook_of_the_callback_runs_every_batch_outside_the_window(tmp_path: P
     assert not any("validation_batch" in k or "zero_grad" in k for k in ours), ours
     assert sum(len(v) for k, v in profiler.recorded_durations.items() if "validation_step" in k) >= 2
 
+    _ZeroGradCounting.calls = 0
     counting = _ZeroGradCounting(**FAST_CALLBACK)
     quiet_trainer(tmp_path / "sub", [counting], max_steps=10, limit_val_batches=0).fit(
         *scenario("compute")[:2]
