@@ -40,7 +40,10 @@ class AutotuneRecord:
     applied_at_epoch: int | None = None  # the epoch of the switch (mid_epoch) or the first that ran with it
     mid_epoch: bool = False  # switched within an epoch, the sampler's position kept
     decided_at_step: int | None = None
-    undone_at_epoch: int | None = None  # the first epoch back on the previous settings
+    undone_at_epoch: int | None = (
+        None  # the first epoch back on the previous settings (the epoch of a mid-epoch undo)
+    )
+    undone_at_step: int | None = None  # the step after which a mid-epoch undo put the previous loader back
     steps_before: int = 0
     steps_after: int = 0
     step_ratio: float | None = None
@@ -88,6 +91,7 @@ class AutotuneRecord:
             "mid_epoch": self.mid_epoch,
             "decided_at_step": self.decided_at_step,
             "undone_at_epoch": self.undone_at_epoch,
+            "undone_at_step": self.undone_at_step,
             "steps_before": self.steps_before,
             "steps_after": self.steps_after,
             "step_ratio": None if self.step_ratio is None else round(self.step_ratio, 4),
@@ -123,6 +127,7 @@ class AutotuneRecord:
             mid_epoch=bool(d.get("mid_epoch", False)),
             decided_at_step=_int(d.get("decided_at_step")),
             undone_at_epoch=_int(d.get("undone_at_epoch")),
+            undone_at_step=_int(d.get("undone_at_step")),
             steps_before=int(d.get("steps_before") or 0),
             steps_after=int(d.get("steps_after") or 0),
             step_ratio=None if d.get("step_ratio") is None else float(d["step_ratio"]),

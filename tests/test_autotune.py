@@ -122,12 +122,12 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fit(
-    tmp_path: Path, autotune: bool, data: Any, epochs: int = 8
+    tmp_path: Path, autotune: bool, data: Any, epochs: int = 8, **trainer_options: Any
 ) -> tuple[Seen, pl.Trainer, BottleneckCallback]:
     torch.manual_seed(0)
     model = Seen()
     cb = BottleneckCallback(**FAST, autotune=autotune)
-    trainer = quiet_trainer(tmp_path / str(autotune), [cb], max_epochs=epochs)
+    trainer = quiet_trainer(tmp_path / str(autotune), [cb], max_epochs=epochs, **trainer_options)
     if isinstance(data, pl.LightningDataModule):
         trainer.fit(model, datamodule=data)
     else:
@@ -229,6 +229,65 @@ def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path
     assert replaced is not loader and replaced._iterator is None  # its persistent workers were shut down
     assert tuned.seen == plain.seen
     assert "switched back" in autotune_line(record)
+
+
+@pytest.mark.parametrize(
+    "length", [{"epochs": 1}, {"epochs": -1, "max_steps": 90}], ids=["one-epoch", "max-steps-in-the-first"]
+)
+def test_a_fit_with_one_long_epoch_is_switched_and_checked_within_it(
+    tmp_path: Path, forced: None, length: dict[str, Any], one_intra_op_thread: None
+) -> None:
+    # 100 steps in the only epoch (or 90 of them): no epoch boundary to switch or check at. The switch is made
+    # mid-epoch (in-process loading: the position in the sampler is exact) and checked MIN_CONFIRM_STEPS steps
+    # later within the epoch. 16 ms a batch in-process; two persistent workers load two batches at once
+    data = Indexed(n=400, in_process_s=0.004, in_worker_s=0.004)
+    plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True), **length)
+    tuned, trainer, cb = _fit(tmp_path, True, lambda: _loader(data, True), **length)
+    record = cb.report.autotune
+    assert record is not None and record.status == KEPT and record.mid_epoch, record
+    assert record.applied_at_epoch == 0 and record.decided_at_step is not None, record
+    # checked inside the epoch, MIN_CONFIRM_STEPS steps after the switch (its first step left out)
+    assert record.decided_at_step - record.applied_at_step == MIN_CONFIRM_STEPS + 1, record
+    assert record.decided_at_step < len(tuned.seen) and record.steps_after == MIN_CONFIRM_STEPS, record
+    assert record.speedup is not None and record.speedup > 1.2, record
+    assert trainer.train_dataloader.num_workers == 2  # kept: the persistent loader that finished the epoch
+    assert tuned.seen == plain.seen and len(tuned.seen) == (90 if "max_steps" in length else 100)
+    assert "mid-epoch epoch 0" in autotune_line(record) and "kept" in autotune_line(record)
+
+
+def test_a_slower_setting_in_the_last_epoch_is_undone_mid_epoch_exactly(tmp_path: Path, forced: None) -> None:
+    # two epochs of 100 steps: too few to check at a boundary; the switch in epoch 0 is checked within it and, slower
+    # (12 ms a batch in-process, 120 ms in a worker), taken back in process where the fit is: the batches the two
+    # workers drew ahead come first, then the rest of the sampler; the epoch after runs the user's loader
+    data = Indexed(n=400, in_process_s=0.003, in_worker_s=0.03)
+    plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True), epochs=2)
+    tuned, trainer, cb = _fit(tmp_path, True, lambda: _loader(data, True), epochs=2)
+    record = cb.report.autotune
+    assert record is not None and record.status == UNDONE and record.mid_epoch, record
+    assert record.undone_at_epoch == 0 and record.undone_at_step == record.decided_at_step, record
+    assert record.undone_at_step is not None and record.undone_at_step < 100, record
+    assert record.step_ratio is not None and record.step_ratio > 1.0, record
+    assert tuned.seen == plain.seen  # across the switch, the undo and the epoch after
+    tuner = cb._run.autotune
+    assert trainer.train_dataloader is tuner.originals[0] and trainer.train_dataloader.num_workers == 0
+    assert tuner.replaced[0]._iterator is None  # the persistent workers it started were shut down
+    line = autotune_line(record)
+    assert f"switched back after step {record.undone_at_step} (mid-epoch, in epoch 0" in line, line
+
+
+def test_a_one_epoch_fit_whose_workers_read_ahead_is_told_why_nothing_applies(
+    tmp_path: Path, forced: None
+) -> None:
+    data = Indexed(n=800, in_worker_s=0.002)  # 200 steps of 8 ms: the mid-run verdict comes within the epoch
+
+    def loader() -> DataLoader:
+        return DataLoader(data, batch_size=4, shuffle=True, num_workers=1)
+
+    _, trainer, cb = _fit(tmp_path, True, loader, epochs=1)
+    record = cb.report.autotune
+    assert record is not None and record.status == NOT_APPLIED, record
+    assert "workers read ahead" in record.reason and "0 epoch(s) left" in record.reason, record.reason
+    assert trainer.train_dataloader.num_workers == 1
 
 
 @pytest.mark.parametrize("first, raced", [(1, 3), (3, 1)], ids=["raced-faster-stays", "raced-slower-goes"])

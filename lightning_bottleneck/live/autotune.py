@@ -26,6 +26,11 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
    faster stays (:mod:`lightning_bottleneck.live.autotune_race`).
 4. *done*.
 
+A fit with too few epochs left for that (one long epoch, or ``max_steps`` inside the first) is switched mid-epoch
+where the sampler's position is kept, checked :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps
+later inside the same epoch, and undone there exactly (:mod:`lightning_bottleneck.live.autotune_in_epoch`); where the
+position cannot be kept, or the epoch is too short to check and pay back, nothing is applied and the record says why.
+
 One case is decided earlier, at the end of the first epoch, before the profiling window's verdict (or where that
 verdict has no measured setting to apply): workers that restart every epoch spent most of it starting up
 (:func:`~lightning_bottleneck.rules.autotune.restart_bound`). Rank zero times a few batches loaded in the training
@@ -56,7 +61,9 @@ from lightning_bottleneck.autotune_record import (
     UNDONE,
     AutotuneRecord,
 )
+from lightning_bottleneck.live.autotune_in_epoch import undo_in_epoch
 from lightning_bottleneck.live.autotune_race import finish_race, start_race
+from lightning_bottleneck.live.autotune_restart import restart_choice
 from lightning_bottleneck.live.autotune_steps import (
     DONE,
     RACE,
@@ -64,6 +71,7 @@ from lightning_bottleneck.live.autotune_steps import (
     WAITING,
     cannot_apply,
     epochs_left,
+    in_epoch_only,
     spread,
     steps_since,
 )
@@ -78,7 +86,6 @@ from lightning_bottleneck.live.loader_switch import (
     shutdown_iterator,
     shutdown_workers,
 )
-from lightning_bottleneck.measure.loader_probe import time_in_process
 from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.output.autotune import autotune_line, settings_text
 from lightning_bottleneck.rules.autotune import (
@@ -88,16 +95,7 @@ from lightning_bottleneck.rules.autotune import (
     Choice,
     choose,
     decide,
-    restart_bound,
-    restart_fix,
 )
-
-#: The in-process timing of the first-epoch check takes at most this share of the start-up it would save once an
-#: epoch (a fiftieth: the check then costs the run far less than any epoch left gains; on issue 29's
-#: worker_restart 8 ms time ~60 batches of 0.13 ms, where one start-up is 0.4 s), and never more than the
-#: probe's shortest rung (loader_rung.MIN_MEASURE_S, 0.25 s). At least one batch is loaded whatever it takes.
-IN_PROCESS_TIMING_SHARE = 0.02
-IN_PROCESS_TIMING_MAX_S = 0.25
 
 #: ``switch_at`` when no mid-epoch switch waits (the fit's own "never" step).
 NO_SWITCH = 2**62
@@ -122,6 +120,9 @@ class Autotuner:
         self.originals: list[Any] = []
         self.replaced: list[Any] = []
         self.rest_of_epoch: list[Any] = []  # iterators of the loaders that finish a switched epoch
+        # a switch checked within its epoch (Choice.in_epoch): the fit loop's positions and loaders it switched
+        self.in_epoch = False
+        self.switched: list[tuple[int, Any]] = []
         self.switch_epoch: int | None = None
         self.switch_steps = 0
         self.before: list[float] = []
@@ -189,7 +190,7 @@ class Autotuner:
             and (self.pending is None or self.pending.settings is None)
         ):
             # the first epoch's end, no measured setting from a verdict (none yet, or none to apply)
-            payload = self._agreed(trainer, lambda: self._restart_choice(run, trainer))
+            payload = self._agreed(trainer, lambda: restart_choice(self, run, trainer))
             if payload[0] is not None:
                 self._apply(run, trainer, payload, mid_epoch=False, basis=BASIS_FIRST_EPOCH)
                 return
@@ -197,8 +198,15 @@ class Autotuner:
             self.switch_at = NO_SWITCH  # the boundary comes first: the switch is made here
             if self.pending is None:  # no choice at the mid-run verdict (it did not reach this object)
                 self.pending = self._agreed_choice(run, trainer)
+            if self.pending.in_epoch:  # its epoch ended before the switch: no boundary left to check it at
+                self.state = DONE
+                self._not_applied(f"the epoch ended before the switch, and {self.pending.reason}")
+                return
             self._apply(run, trainer, self.pending, mid_epoch=False)
-        elif self.state == TRIAL and run.timer.steps - self.switch_steps >= MIN_CONFIRM_STEPS:
+        elif self.state == TRIAL and (
+            self.in_epoch or run.timer.steps - self.switch_steps >= MIN_CONFIRM_STEPS
+        ):
+            self.in_epoch, self.switch_at = False, NO_SWITCH  # an in-epoch check the epoch's end came before
             self._decide(run, trainer)
         elif self.state == RACE:  # the raced setting's epoch is over
             finish_race(self, run, trainer)
@@ -213,13 +221,27 @@ class Autotuner:
             self.clean_from = run.timer.step_ms.n
             if self.pending.settings is not None and can_switch_mid_epoch(trainer, self.pending.settings):
                 self.switch_at = run.timer.steps + self.pending.clean_steps  # the same step on every rank
+            elif self.pending.in_epoch:  # only within this epoch, and not this setting
+                self.state = DONE
+                self._not_applied(
+                    f"{settings_text(self.pending.settings or {})} cannot be switched mid-epoch"
+                )
         except Exception as err:
             self._failed(err)
 
     def step(self, run: Any, trainer: Any) -> None:
         """A batch end at or after ``switch_at`` (the caller's due work): the mid-epoch switch, once the steps
-        after the verdict are timed; the same step on every rank."""
+        after the verdict are timed, or its check within the epoch (:attr:`in_epoch`); the same step on every rank."""
         self.switch_at = NO_SWITCH
+        if self.state == TRIAL and self.in_epoch:
+            try:
+                self._decide(run, trainer)
+            except Exception as err:  # nothing taken back: the setting stays, unchecked
+                self.state = DONE
+                if self.record is not None:
+                    self.record.status = APPLIED
+                    self.record.reason = f"the check failed ({type(err).__name__}: {err})"
+            return
         if self.state != WAITING or self.pending is None or self.pending.settings is None:
             return
         try:
@@ -250,33 +272,6 @@ class Autotuner:
             payload = trainer.strategy.broadcast(payload, src=0)
         return payload
 
-    def _restart_choice(self, run: Any, trainer: Any) -> Choice:
-        """At the end of the first epoch: the fix for workers that restart every epoch and spent most of it
-        starting up (rules/autotune.py: restart_bound, restart_fix), or None (the verdict decides later)."""
-        waits = run.timer.epoch_start_wait_ms
-        first, _ = self.entries[0]
-        reloads = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)
-        if not waits or first is None or reloads:
-            return Choice(None)
-        combined = getattr(trainer.fit_loop, "_combined_loader", None)
-        loaders = list(combined.flattened) if combined is not None else []
-        if len(loaders) != 1 or not eligible(loaders[0], epoch_batches(combined)):
-            return Choice(None)
-        dl = loaders[0]
-        length = run_length(trainer)
-        if not dl.num_workers or length.epochs is None or not length.steps_per_epoch:
-            return Choice(None)
-        epochs_left = length.epochs - (trainer.current_epoch + 1)
-        start_ms = waits[0]
-        # the epoch's steps at their median (the profiled ones, which may fall in this epoch, are slower)
-        epoch_steps_ms = (first - start_ms) * length.steps_per_epoch
-        if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms):
-            return Choice(None)
-        budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S)
-        batch_s = time_in_process(dl, budget)
-        self.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
-        return Choice(restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s))
-
     def _before(self, run: Any, basis: str) -> list[float]:
         """What the setting is judged against: for a verdict's setting the steps since the verdict
         (:meth:`_clean_before`) when there are enough of them, else every timed step before the switch."""
@@ -300,13 +295,16 @@ class Autotuner:
             return None
         return spread(self.entries[self.split - 1][0], steps, self.per_epoch)
 
-    def after_steps(self, start: int | None = None) -> list[float]:
-        """The steps with the setting (from entry ``start``: the raced one's); a start-up paid once (persistent
-        workers, the loader that finishes a switched epoch) is left out: keeping the setting does not pay it
-        again."""
+    def after_steps(
+        self, start: int | None = None, current: tuple[float | None, list[float]] | None = None
+    ) -> list[float]:
+        """The steps with the setting (from entry ``start``: the raced one's; ``current``: the running epoch's so
+        far); a start-up paid once (persistent workers, the loader that finishes a switched epoch) is left out:
+        keeping the setting does not pay it again."""
         start = self.split if start is None else start
         out: list[float] = []
-        for i, (first, steps) in enumerate(self.entries[start:], start=start):
+        entries = self.entries[start:] + ([current] if current is not None else [])
+        for i, (first, steps) in enumerate(entries, start=start):
             steps = steps[1:] if (first is None and i == self.split) else steps
             out += spread(None if i in self.one_off else first, steps, self.per_epoch)
         return out
@@ -329,6 +327,7 @@ class Autotuner:
         originals = list(combined.flattened)
         batches = epoch_batches(combined)
         rest: list[tuple[int, Any]] = []
+        finishing: list[tuple[int, Any]] = []  # (position, the loader that finishes the epoch)
         try:
             replaced = [recreate(dl, settings) if eligible(dl, batches) else dl for dl in originals]
             if mid_epoch:
@@ -339,6 +338,7 @@ class Autotuner:
                         if not draws_every_epoch(finish):  # its workers persist: it is the loader from now on
                             replaced[i] = finish
                         rest.append((i, iter(finish)))
+                        finishing.append((i, finish))
             combined.flattened = replaced
         except Exception as err:
             for _, it in rest:
@@ -352,6 +352,7 @@ class Autotuner:
         # the loaders that only finish this epoch: their workers end with it (a persistent one goes on)
         self.rest_of_epoch = [it for i, it in rest if draws_every_epoch(replaced[i])]
         self.originals, self.replaced = originals, replaced
+        self.switched = finishing
         changed = [dl for dl, new in zip(originals, replaced) if new is not dl]
         if mid_epoch:  # this epoch's steps so far are "before"; the rest is a new entry without a first step
             self.entries.append(self._epoch_steps(run))
@@ -380,9 +381,18 @@ class Autotuner:
             self.record.startup_ms, self.record.in_process_batch_ms = self.first_epoch
         self.state = TRIAL
         when = "mid-epoch, the sampler's position kept" if mid_epoch else f"from epoch {self.switch_epoch}"
+        check = ""
+        if (
+            mid_epoch and payload.in_epoch
+        ):  # checked within this epoch: the fit has no boundary left to do it at
+            self.in_epoch = True
+            self.switch_at = (
+                run.timer.steps + MIN_CONFIRM_STEPS + 1
+            )  # its first step (workers starting) left out
+            check = f", checked within this epoch after step {self.switch_at}"
         self.say(
             f"autotune applied {settings_text(settings)} to {len(changed)} train DataLoader(s) after step {run.timer.steps}"
-            f" ({when}); timing it against the {len(self.before)} steps before."
+            f" ({when}{check}); timing it against the {len(self.before)} steps before."
         )
 
     def _choose(self, run: Any, trainer: Any) -> Choice:
@@ -392,7 +402,12 @@ class Autotuner:
             return Choice(None, why)
         accelerator = run.config.accelerator if run.config is not None else None
         ladder = run.measured.loader_ladder if run.measured is not None else None
-        return choose(run.midrun_report, accelerator, ladder.left_to_run if ladder is not None else None)
+        choice = choose(run.midrun_report, accelerator, ladder.left_to_run if ladder is not None else None)
+        if choice.settings is not None and in_epoch_only(trainer, length):
+            left = epochs_left(trainer, length)
+            why = f"the fit has {left} epoch(s) left after epoch {trainer.current_epoch}"
+            return choice._replace(in_epoch=True, alternative=None, reason=why)
+        return choice
 
     def confirms_loader(self, trainer: Any) -> bool:
         """Whether a measured train-loader setting would be applied and timed on the run's own steps (the loader
@@ -400,7 +415,7 @@ class Autotuner:
         return self.state == WAITING and self.pending is None and cannot_apply(trainer) is None
 
     def _decide(self, run: Any, trainer: Any) -> None:
-        after = self.after_steps()
+        after = self.after_steps(current=self._epoch_steps(run) if self.in_epoch else None)
         decision = decide(self.before, after) if trainer.is_global_zero else None
         if trainer.world_size > 1:
             decision = trainer.strategy.broadcast(decision, src=0)
@@ -421,6 +436,9 @@ class Autotuner:
             if self.alternative is not None and (left is None or left >= MIN_EPOCHS_LEFT):
                 start_race(self, trainer, self.alternative)
             return
+        if self.in_epoch:  # back in process where the fit is, the sampler's position kept
+            undo_in_epoch(self, trainer)
+            record.undone_at_step = run.timer.steps
         combined = trainer.fit_loop._combined_loader
         combined.flattened = list(self.originals)
         for dl, original in zip(self.replaced, self.originals):
@@ -430,7 +448,7 @@ class Autotuner:
             shutdown_iterator(it)
         self.rest_of_epoch = []
         record.status = UNDONE
-        record.undone_at_epoch = trainer.current_epoch + 1
+        record.undone_at_epoch = trainer.current_epoch + (0 if self.in_epoch else 1)
         record.reason = decision.reason
         self.say(f"autotune {autotune_line(record)}")
 
@@ -455,7 +473,8 @@ class Autotuner:
         if self.record is not None:
             return self.record
         why = (
-            "the fit ended before an epoch boundary after the mid-run verdict (autotune applies at epoch boundaries)"
+            "the fit ended before an epoch boundary after the mid-run verdict, and the switch could not be made "
+            "mid-epoch"
             if run.midrun_report is not None
             else "no mid-run verdict was taken (the fit ended first)"
         )

@@ -8,11 +8,27 @@ from statistics import median
 from typing import Any
 
 from lightning_bottleneck.evidence import RunLength
-from lightning_bottleneck.live.loader_switch import eligible, epoch_batches
+from lightning_bottleneck.live.loader_switch import can_switch_mid_epoch, eligible, epoch_batches
 from lightning_bottleneck.measure.stage import run_length
-from lightning_bottleneck.rules.autotune import MIN_EPOCHS_LEFT
+from lightning_bottleneck.rules.autotune import (
+    CLEAN_BEFORE_STEPS,
+    MIN_CONFIRM_STEPS,
+    MIN_EPOCHS_LEFT,
+    MIN_STEPS_AFTER_CHECK,
+)
 
-__all__ = ["DONE", "RACE", "TRIAL", "WAITING", "cannot_apply", "epochs_left", "spread", "steps_since"]
+__all__ = [
+    "DONE",
+    "RACE",
+    "TRIAL",
+    "WAITING",
+    "cannot_apply",
+    "epochs_left",
+    "in_epoch_only",
+    "spread",
+    "steps_left_in_epoch",
+    "steps_since",
+]
 
 #: The autotuner's states (live/autotune.py): waiting for its choice, timing the applied setting against the steps
 #: before, racing the alternative for one epoch (live/autotune_race.py), done.
@@ -25,20 +41,48 @@ def epochs_left(trainer: Any, length: RunLength | None = None) -> int | None:
     return None if epochs is None else epochs - (trainer.current_epoch + 1)
 
 
+def steps_left_in_epoch(trainer: Any, length: RunLength | None = None) -> int | None:
+    """Training batches the running epoch has still to run after the current one (the fit's ``max_steps``
+    included); None where not known."""
+    length = length if length is not None else run_length(trainer)
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    if length.steps_per_epoch is None:
+        return None
+    left = length.steps_per_epoch - progress.current.processed
+    if length.total_steps is not None:
+        left = min(left, length.total_steps - progress.total.processed)
+    return max(left, 0)
+
+
+def in_epoch_only(trainer: Any, length: RunLength | None = None) -> bool:
+    """Whether a setting can be applied only within the running epoch: too few epochs left to apply it at an epoch
+    boundary and check it (rules/autotune.py: MIN_EPOCHS_LEFT, MIN_STEPS_AFTER_CHECK)."""
+    left = epochs_left(trainer, length)
+    return left is not None and left < MIN_EPOCHS_LEFT
+
+
 def cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
     """Why no setting can be applied to this fit (one sentence), else None."""
     if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
         return "reload_dataloaders_every_n_epochs re-creates the train loader from the user's code"
-    left = epochs_left(trainer, length)
-    if left is not None and left < MIN_EPOCHS_LEFT:
-        return (
-            f"the fit has {max(left, 0)} epoch(s) left after epoch {trainer.current_epoch}: too few to apply "
-            "a setting at an epoch boundary and check it"
-        )
     combined = getattr(trainer.fit_loop, "_combined_loader", None)
     loaders = list(combined.flattened) if combined is not None else []
     if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):
         return "no train DataLoader autotune can re-create (map-style, workers not already persistent)"
+    if in_epoch_only(trainer, length):
+        few = (
+            f"the fit has {max(epochs_left(trainer, length) or 0, 0)} epoch(s) left after epoch "
+            f"{trainer.current_epoch}, too few to apply a setting at an epoch boundary and check it"
+        )
+        if not can_switch_mid_epoch(trainer, {"num_workers": 1}):
+            return f"{few}, and its train loader's workers read ahead: the position in the sampler is not kept mid-epoch"
+        room = steps_left_in_epoch(trainer, length)
+        need = CLEAN_BEFORE_STEPS + MIN_CONFIRM_STEPS + MIN_STEPS_AFTER_CHECK
+        if room is None or room < need:
+            return (
+                f"{few}, and this epoch runs {room if room is not None else 'an unknown number of'} more steps, "
+                f"fewer than the {need} a switch within it needs (to wait, check and pay back)"
+            )
     return None
 
 

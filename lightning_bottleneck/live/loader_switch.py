@@ -13,6 +13,8 @@ once more). Random augmentations inside workers draw from per-worker seeds, whic
 from __future__ import annotations
 
 import contextlib
+import itertools
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
 
 __all__ = [
     "SameDraws",
+    "back_in_process",
     "can_switch_mid_epoch",
     "draws_every_epoch",
     "eligible",
@@ -152,18 +155,24 @@ def recreate(dl: DataLoader, settings: dict[str, Any]) -> DataLoader:
 class _Remaining(Sampler):
     """The batches of index lists the running in-process iterator has not fetched yet: exactly ``left`` of them,
     taken from its own batch sampler iterator (never asked one more time: that would run ``RandomSampler``'s tail
-    draw, which in-process loading under Lightning never does)."""
+    draw, which in-process loading under Lightning never does). It counts the batches it handed out and keeps the
+    last ``keep`` of them: those a worker iterator drew ahead of the fit (:func:`back_in_process`)."""
 
-    def __init__(self, batches: Iterator[Any], left: int) -> None:
+    def __init__(self, batches: Iterator[Any], left: int, keep: int = 0) -> None:
         self.batches = batches
         self.left = left
+        self.handed = 0
+        self.recent: deque[Any] = deque(maxlen=keep)
 
     def __iter__(self) -> Iterator[Any]:
         for _ in range(self.left):
             try:
-                yield next(self.batches)
+                batch = next(self.batches)
             except StopIteration:
                 return
+            self.handed += 1
+            self.recent.append(batch)
+            yield batch
 
     def __len__(self) -> int:
         return self.left
@@ -230,18 +239,14 @@ def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> Dat
     With persistent workers in ``settings`` it is also the loader of the epochs after (:class:`_RestThenEpochs`:
     whole epochs of ``dl``'s own sampler, each drawing what a new iterator of ``dl`` would have drawn), so its
     workers start once, at the switch, and not again at the next epoch boundary (issue 29's io_wait: a second
-    start-up of 8 workers there, ~0.12 s of a 4.6 s autotuned fit). Without, its workers end with the epoch."""
-    from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
-    from lightning.pytorch.trainer.states import RunningStage
-    from lightning.pytorch.utilities.data import _get_dataloader_init_args_and_kwargs
-
+    start-up of 8 workers there, ~0.12 s of a 4.6 s autotuned fit). Without, its workers end with the epoch.
+    Its read-ahead is kept: :func:`back_in_process` can take the epoch back in process exactly."""
     left = len(dl) - running._num_yielded
-    args, kwargs = _get_dataloader_init_args_and_kwargs(dl, dl.sampler, RunningStage.TRAINING)
     workers = int(settings.get("num_workers", dl.num_workers))
     persistent = bool(settings.get("persistent_workers", False)) and workers > 0
-    generator = torch.Generator()
-    generator.manual_seed(int(running._base_seed) & (2**63 - 1))
-    rest = _Remaining(running._sampler_iter, left)
+    # a worker iterator draws at most prefetch_factor batches a worker ahead of what it yielded: kept with room
+    ahead = int(settings.get("prefetch_factor") or 2) * max(workers, 1)
+    rest = _Remaining(running._sampler_iter, left, keep=4 * ahead + READ_AHEAD_SLACK)
     batches: Sampler = rest
     if persistent and dl.batch_size is not None:
         # in-process loading before, workers after: the sampler stops at its last index (tail=False), and every
@@ -250,14 +255,60 @@ def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> Dat
         batches = _RestThenEpochs(rest, BatchSampler(draws, dl.batch_size, dl.drop_last))
     else:
         persistent = False
+    return _over(dl, batches, running._base_seed, workers, persistent, settings)
+
+
+#: Batches kept beyond a worker iterator's read-ahead (:class:`_Remaining`'s ``keep``): a margin, not a measure;
+#: a few index lists cost nothing.
+READ_AHEAD_SLACK = 16
+
+
+def _over(
+    dl: DataLoader, batches: Sampler, base_seed: int, workers: int, persistent: bool, settings: dict[str, Any]
+) -> DataLoader:
+    """Lightning's captured arguments of ``dl`` with ``batches`` as its batch sampler, ``workers`` and the worker
+    ``settings``; its workers' base seed from a generator of its own seeded with ``base_seed``, so the user's
+    generator (or torch's global one) draws nothing the run without autotune would not; batches in order."""
+    from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _get_dataloader_init_args_and_kwargs
+
+    args, kwargs = _get_dataloader_init_args_and_kwargs(dl, dl.sampler, RunningStage.TRAINING)
+    generator = torch.Generator()
+    generator.manual_seed(int(base_seed) & (2**63 - 1))
     kwargs.update(
         batch_sampler=batches, batch_size=1, shuffle=None, sampler=None,
         drop_last=False, generator=generator, num_workers=workers, persistent_workers=persistent,
-        prefetch_factor=settings.get("prefetch_factor"), pin_memory=bool(settings.get("pin_memory", dl.pin_memory)),
+        prefetch_factor=settings.get("prefetch_factor") if workers > 0 else None,
+        pin_memory=bool(settings.get("pin_memory", dl.pin_memory)),
     )  # fmt: skip
+    if getattr(dl, "in_order", True) is False:  # in-process order before; workers must keep it (torch >= 2.6)
+        kwargs["in_order"] = True
     new = _reinstantiate_wrapped_cls(dl, *args, **kwargs)
     new.worker_init_fn = dl.worker_init_fn
     return new
+
+
+def back_in_process(dl: DataLoader, running: Any, finish: DataLoader) -> DataLoader:
+    """The user's in-process loader ``dl`` again, mid-epoch, after :func:`rest_of_epoch` switched its epoch to
+    ``finish`` (whose worker iterator ``running`` is still in that epoch): its batch sampler is the batches the
+    workers drew and the fit has not taken (``running`` yields them in order: the first ``_num_yielded`` of those
+    handed out were taken), then the rest of the original sampler iterator. The sequence of samples is the one
+    without autotune; the caller shuts ``running``'s workers down."""
+    sampler = finish.batch_sampler
+    if isinstance(sampler, _RestThenEpochs):
+        if sampler.started != 1:
+            raise RuntimeError("the switched epoch is over: its position cannot be taken back mid-epoch")
+        sampler = sampler.rest
+    if not isinstance(sampler, _Remaining):
+        raise RuntimeError("not a loader that finishes a switched epoch")
+    taken = int(running._num_yielded)
+    pending = sampler.handed - taken
+    if pending < 0 or pending > len(sampler.recent):
+        raise RuntimeError(f"{pending} batches drawn ahead, {len(sampler.recent)} kept")
+    drawn = list(sampler.recent)[len(sampler.recent) - pending :] if pending else []
+    batches = _Remaining(itertools.chain(drawn, sampler.batches), sampler.left - taken)
+    return _over(dl, batches, running._base_seed, 0, False, {"pin_memory": dl.pin_memory})
 
 
 def shutdown_iterator(it: Any) -> None:

@@ -85,7 +85,7 @@ def autotune_line(record: AutotuneRecord) -> str:
         )
     if record.status == UNDONE:
         return (
-            f"applied {what} {where}, switched back from epoch {record.undone_at_epoch}: "
+            f"applied {what} {where}, switched back {_undone_when(record)}: "
             + (f"measured {measured}; " if measured else "")
             + (record.reason or "not faster beyond noise")
             + "."
@@ -97,3 +97,9 @@ def autotune_line(record: AutotuneRecord) -> str:
             + f". To keep it without autotune: {record.keep_line}"
         )
     return f"nothing applied: {record.reason or 'no measured DataLoader setting to apply'}"
+
+
+def _undone_when(record: AutotuneRecord) -> str:
+    if record.undone_at_step is not None:
+        return f"after step {record.undone_at_step} (mid-epoch, in epoch {record.undone_at_epoch}; the sampler's position kept)"
+    return f"from epoch {record.undone_at_epoch}"

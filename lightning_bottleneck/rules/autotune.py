@@ -40,6 +40,7 @@ __all__ = [
     "AUTOTUNE_SETTINGS",
     "MIN_CONFIRM_STEPS",
     "MIN_EPOCHS_LEFT",
+    "MIN_STEPS_AFTER_CHECK",
     "RESTART_SHARE_MIN",
     "Decision",
     "RaceResult",
@@ -76,6 +77,13 @@ LARGE_GAIN_MIN = 2.0
 #: Epochs the fit must still run after the boundary where the setting would be applied: one to time it, one
 #: at least to profit from it (a setting applied for the last epoch could never be checked or undone).
 MIN_EPOCHS_LEFT = 2
+#: A fit with fewer epochs left than MIN_EPOCHS_LEFT (one long epoch, or ``max_steps`` inside the first) is switched
+#: mid-epoch, where its sampler's position is kept, and checked MIN_CONFIRM_STEPS steps later inside that epoch
+#: (undone there exactly: live/loader_switch.back_in_process); only when the epoch still runs at least this many
+#: steps after the check. The same count as the check: a setting the fit would run only a few steps after its
+#: check could not pay back the steps it was checked on (an undone setting costs up to MIN_CONFIRM_STEPS slow
+#: steps; a kept one gains over the check's steps and these).
+MIN_STEPS_AFTER_CHECK = MIN_CONFIRM_STEPS
 #: Autotune switches at the end of the first epoch, before the profiling window and its verdict, when workers that
 #: restart every epoch (``num_workers > 0`` without ``persistent_workers``) spent at least this share of that
 #: epoch before its first batch: every epoch left would then take at least twice its steps' time, a loss that no
@@ -87,13 +95,16 @@ RESTART_SHARE_MIN = 0.5
 
 class Choice(NamedTuple):
     """What autotune applies (None: nothing, ``reason`` says why in one sentence); for a verdict's setting switched
-    mid-epoch, how many steps after the verdict it waits and is judged against; and the setting raced against it
-    for one epoch once it is kept (None: none; the worker count the probe left to the run, :func:`alternative`)."""
+    mid-epoch, how many steps after the verdict it waits and is judged against; the setting raced against it
+    for one epoch once it is kept (None: none; the worker count the probe left to the run, :func:`alternative`);
+    and whether it is switched, checked and kept or undone within the running epoch (``in_epoch``: the fit has
+    fewer than :data:`MIN_EPOCHS_LEFT` epochs left, see :data:`MIN_STEPS_AFTER_CHECK`)."""
 
     settings: dict[str, Any] | None
     reason: str = ""
     clean_steps: int = CLEAN_BEFORE_STEPS
     alternative: dict[str, Any] | None = None
+    in_epoch: bool = False
 
 
 def alternative(settings: dict[str, Any], left_to_run: list[int]) -> dict[str, Any] | None:

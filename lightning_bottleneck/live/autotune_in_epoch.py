@@ -1,0 +1,42 @@
+"""Autotune within one epoch: the check and the undo of a setting switched mid-epoch in a fit with too few epochs
+left to check it at an epoch boundary (one long epoch, or ``max_steps`` inside the first: :func:`~lightning_bottleneck.
+live.autotune_steps.in_epoch_only`).
+
+The switch is the mid-epoch one (:func:`~lightning_bottleneck.live.loader_switch.rest_of_epoch`: the running
+in-process iterator's remaining index batches, loaded by workers); the check comes
+:data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps later, at a batch end inside the same epoch,
+on every rank at the same step. Undone, every switched loader is taken back in process exactly where the fit is
+(:func:`~lightning_bottleneck.live.loader_switch.back_in_process`: the batches the workers drew ahead and the fit
+did not take, then the rest of the sampler), and the workers are shut down; the user's loaders are the fit
+loop's again for any epoch after.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lightning_bottleneck.live.loader_switch import back_in_process, shutdown_iterator, shutdown_workers
+
+if TYPE_CHECKING:  # the state machine that calls this (live/autotune.py imports this module)
+    from lightning_bottleneck.live.autotune import Autotuner
+
+__all__ = ["undo_in_epoch"]
+
+
+def undo_in_epoch(tuner: Autotuner, trainer: Any) -> None:
+    """Put the user's loaders back in the running epoch, the sampler's position kept; the workers stop. Raises
+    (before changing anything) where a switched loader's position cannot be taken back."""
+    combined = trainer.fit_loop._combined_loader
+    iterators = combined._iterator.iterators
+    back = [
+        (i, iter(back_in_process(tuner.originals[i], iterators[i], finish))) for i, finish in tuner.switched
+    ]
+    for i, it in back:
+        shutdown_iterator(iterators[i])
+        iterators[i] = it
+    combined.flattened = list(tuner.originals)
+    for dl, original in zip(tuner.replaced, tuner.originals):
+        if dl is not original:
+            shutdown_workers(dl)
+    tuner.rest_of_epoch = []
+    tuner.switched = []

@@ -1,0 +1,54 @@
+"""Autotune's first-epoch choice: workers that restart every epoch and spent most of the first one starting up
+(:func:`~lightning_bottleneck.rules.autotune.restart_bound`), decided at its end, before the profiling window's
+verdict. Rank zero times a few batches loaded in the training process
+(:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`) and picks ``num_workers=0`` or
+``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lightning_bottleneck.live.loader_switch import eligible, epoch_batches
+from lightning_bottleneck.measure.loader_probe import time_in_process
+from lightning_bottleneck.measure.stage import run_length
+from lightning_bottleneck.rules.autotune import MIN_EPOCHS_LEFT, Choice, restart_bound, restart_fix
+
+if TYPE_CHECKING:  # the state machine that calls this (live/autotune.py imports this module)
+    from lightning_bottleneck.live.autotune import Autotuner
+
+__all__ = ["IN_PROCESS_TIMING_MAX_S", "IN_PROCESS_TIMING_SHARE", "restart_choice"]
+
+#: The in-process timing of the first-epoch check takes at most this share of the start-up it would save once an
+#: epoch (a fiftieth: the check then costs the run far less than any epoch left gains; on issue 29's
+#: worker_restart 8 ms time ~60 batches of 0.13 ms, where one start-up is 0.4 s), and never more than the
+#: probe's shortest rung (loader_rung.MIN_MEASURE_S, 0.25 s). At least one batch is loaded whatever it takes.
+IN_PROCESS_TIMING_SHARE = 0.02
+IN_PROCESS_TIMING_MAX_S = 0.25
+
+
+def restart_choice(tuner: Autotuner, run: Any, trainer: Any) -> Choice:
+    """At the end of the first epoch: the fix for workers that restart every epoch and spent most of it
+    starting up (rules/autotune.py: restart_bound, restart_fix), or None (the verdict decides later)."""
+    waits = run.timer.epoch_start_wait_ms
+    first, _ = tuner.entries[0]
+    reloads = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)
+    if not waits or first is None or reloads:
+        return Choice(None)
+    combined = getattr(trainer.fit_loop, "_combined_loader", None)
+    loaders = list(combined.flattened) if combined is not None else []
+    if len(loaders) != 1 or not eligible(loaders[0], epoch_batches(combined)):
+        return Choice(None)
+    dl = loaders[0]
+    length = run_length(trainer)
+    if not dl.num_workers or length.epochs is None or not length.steps_per_epoch:
+        return Choice(None)
+    epochs_left = length.epochs - (trainer.current_epoch + 1)
+    start_ms = waits[0]
+    # the epoch's steps at their median (the profiled ones, which may fall in this epoch, are slower)
+    epoch_steps_ms = (first - start_ms) * length.steps_per_epoch
+    if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms):
+        return Choice(None)
+    budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S)
+    batch_s = time_in_process(dl, budget)
+    tuner.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
+    return Choice(restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s))
