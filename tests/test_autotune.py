@@ -506,6 +506,32 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
     assert zero["workers_now"] == one["workers_now"] == zero["settings"]["num_workers"]
 
 
+def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path) -> None:
+    script = Path(__file__).parent / "ddp_scripts" / "ddp_train.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "autotune_epoch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    by_rank = {
+        m.group(1): json.JSONDecoder().raw_decode(proc.stdout, m.end())[0]
+        for m in re.finditer(r"RANK (\d+) AUTOTUNE ", proc.stdout)
+    }
+    assert set(by_rank) == {"0", "1"}, proc.stdout[-3000:]
+    zero, one = by_rank["0"], by_rank["1"]
+    # one epoch of 160 steps: switched mid-epoch on both ranks at the same step, checked within the epoch at the same
+    # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch, two workers ~2x
+    assert zero["mid_epoch"] and one["mid_epoch"], (zero, one)
+    assert zero["applied_at_step"] == one["applied_at_step"] is not None
+    assert zero["decided_at_step"] == one["decided_at_step"] == zero["applied_at_step"] + MIN_CONFIRM_STEPS + 1
+    assert zero["decided_at_step"] < 160 and zero["status"] == one["status"] == KEPT, (zero, one)
+    assert zero["speedup"] == one["speedup"] and not zero["raced"], (zero, one)
+
+
 # ---------------------------------------------------------------------------------------------- pure parts
 def test_decide_keeps_only_what_is_faster_beyond_noise() -> None:
     before = [10.0 + 0.1 * (i % 7) for i in range(40)]

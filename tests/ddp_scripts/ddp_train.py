@@ -5,6 +5,7 @@
     python tests/ddp_scripts/ddp_train.py OUT_DIR spawn_straggler   # the same under strategy="ddp_spawn"
     python tests/ddp_scripts/ddp_train.py OUT_DIR midrun      # a longer run: the mid-run verdict on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune    # autotune: rank zero's choice, applied on both ranks
+    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch   # the same in one epoch: checked within it
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
 """
@@ -81,7 +82,7 @@ def main(out_dir: str, mode: str) -> None:
         model = Regressor(width=64, depth=1)
         data = SlowOnOneRank(slow_rank=1, delay_s=0.02)
         callback = BottleneckCallback(wait=1, warmup=1, active=3, verbose=True, gather_timeout=60)
-    elif mode == "autotune":  # only rank zero's chooser has a setting: rank 1 must get it from the broadcast
+    elif mode.startswith("autotune"):  # only rank zero's chooser has a setting: rank 1 gets it from the broadcast
         import lightning_bottleneck.live.autotune as live
 
         rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -102,7 +103,8 @@ def main(out_dir: str, mode: str) -> None:
         model = Regressor(width=64, depth=1)
         # 40 steps an epoch on each rank; rank zero's batches sleep 16 ms in-process (both ranks wait for them), so
         # two workers are ~2x (kept) and the race of three has the 20 steps it needs to be decided
-        data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=320)
+        # one epoch: 160 steps on each rank, switched and checked within it
+        data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=1280 if mode == "autotune_epoch" else 320)
         callback = BottleneckCallback(
             wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
             trial_budget_s=0, autotune=True,
@@ -115,8 +117,8 @@ def main(out_dir: str, mode: str) -> None:
         strategy=DDPStrategy(find_unused_parameters=True)
         if mode == "comm"
         else ("ddp_spawn" if mode.startswith("spawn") else "ddp"),
-        max_steps=30 if mode == "midrun" else 8 if mode != "autotune" else -1,
-        max_epochs=8 if mode == "autotune" else None,
+        max_steps=30 if mode == "midrun" else -1 if mode.startswith("autotune") else 8,
+        max_epochs=1 if mode == "autotune_epoch" else 8 if mode == "autotune" else None,
         default_root_dir=out_dir,
         callbacks=[callback],
         logger=False,
@@ -125,7 +127,7 @@ def main(out_dir: str, mode: str) -> None:
         enable_checkpointing=False,
     )
     trainer.fit(model, DataLoader(data, batch_size=4))
-    if mode == "autotune":
+    if mode.startswith("autotune"):
         import json
 
         record = callback.report.autotune.to_dict() if callback.report and callback.report.autotune else {}
