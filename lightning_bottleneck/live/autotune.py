@@ -223,9 +223,8 @@ class Autotuner:
                 self.switch_at = run.timer.steps + self.pending.clean_steps  # the same step on every rank
             elif self.pending.in_epoch:  # only within this epoch, and not this setting
                 self.state = DONE
-                self._not_applied(
-                    f"{settings_text(self.pending.settings or {})} cannot be switched mid-epoch"
-                )
+                what = settings_text(self.pending.settings or {})
+                self._not_applied(f"{self.pending.reason}, and {what} cannot be switched mid-epoch")
         except Exception as err:
             self._failed(err)
 
@@ -382,13 +381,11 @@ class Autotuner:
         self.state = TRIAL
         when = "mid-epoch, the sampler's position kept" if mid_epoch else f"from epoch {self.switch_epoch}"
         check = ""
-        if (
-            mid_epoch and payload.in_epoch
-        ):  # checked within this epoch: the fit has no boundary left to do it at
+        # checked within this epoch: the fit has no boundary left to do it at; the first step after the switch (the
+        # workers starting) is left out of the steps it is judged on
+        if mid_epoch and payload.in_epoch:
             self.in_epoch = True
-            self.switch_at = (
-                run.timer.steps + MIN_CONFIRM_STEPS + 1
-            )  # its first step (workers starting) left out
+            self.switch_at = run.timer.steps + MIN_CONFIRM_STEPS + 1
             check = f", checked within this epoch after step {self.switch_at}"
         self.say(
             f"autotune applied {settings_text(settings)} to {len(changed)} train DataLoader(s) after step {run.timer.steps}"
