@@ -527,7 +527,9 @@ def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path
     # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch, two workers ~2x
     assert zero["mid_epoch"] and one["mid_epoch"], (zero, one)
     assert zero["applied_at_step"] == one["applied_at_step"] is not None
-    assert zero["decided_at_step"] == one["decided_at_step"] == zero["applied_at_step"] + MIN_CONFIRM_STEPS + 1
+    assert (
+        zero["decided_at_step"] == one["decided_at_step"] == zero["applied_at_step"] + MIN_CONFIRM_STEPS + 1
+    )
     assert zero["decided_at_step"] < 160 and zero["status"] == one["status"] == KEPT, (zero, one)
     assert zero["speedup"] == one["speedup"] and not zero["raced"], (zero, one)
 

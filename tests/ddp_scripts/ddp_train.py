@@ -82,7 +82,8 @@ def main(out_dir: str, mode: str) -> None:
         model = Regressor(width=64, depth=1)
         data = SlowOnOneRank(slow_rank=1, delay_s=0.02)
         callback = BottleneckCallback(wait=1, warmup=1, active=3, verbose=True, gather_timeout=60)
-    elif mode.startswith("autotune"):  # only rank zero's chooser has a setting: rank 1 gets it from the broadcast
+    elif mode.startswith("autotune"):
+        # only rank zero's chooser has a setting: rank 1 gets it from the broadcast
         import lightning_bottleneck.live.autotune as live
 
         rank = int(os.environ.get("LOCAL_RANK", "0"))
