@@ -472,11 +472,12 @@ def test_the_first_epoch_check_acts_only_on_start_ups_that_dominate_the_epoch() 
 
 
 # ---------------------------------------------------------------------------------------------- two ranks
-def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: Path) -> None:
+def _ddp_records(tmp_path: Path, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Ranks 0 and 1's autotune records from ``tests/ddp_scripts/ddp_train.py OUT mode`` (two ranks on CPU)."""
     script = Path(__file__).parent / "ddp_scripts" / "ddp_train.py"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), "autotune"],
+        [sys.executable, str(script), str(tmp_path), mode],
         env=env,
         capture_output=True,
         text=True,
@@ -490,7 +491,11 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
         for m in re.finditer(r"RANK (\d+) AUTOTUNE ", proc.stdout)
     }
     assert set(by_rank) == {"0", "1"}, proc.stdout[-3000:]
-    zero, one = by_rank["0"], by_rank["1"]
+    return by_rank["0"], by_rank["1"]
+
+
+def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: Path) -> None:
+    zero, one = _ddp_records(tmp_path, "autotune")
     # only rank zero's choice was given; rank 1 applied it from the broadcast, at the same step
     first = {"num_workers": 2, "persistent_workers": True}
     assert zero["applied_at_step"] == one["applied_at_step"] is not None
@@ -507,22 +512,7 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
 
 
 def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path) -> None:
-    script = Path(__file__).parent / "ddp_scripts" / "ddp_train.py"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), "autotune_epoch"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    by_rank = {
-        m.group(1): json.JSONDecoder().raw_decode(proc.stdout, m.end())[0]
-        for m in re.finditer(r"RANK (\d+) AUTOTUNE ", proc.stdout)
-    }
-    assert set(by_rank) == {"0", "1"}, proc.stdout[-3000:]
-    zero, one = by_rank["0"], by_rank["1"]
+    zero, one = _ddp_records(tmp_path, "autotune_epoch")
     # one epoch of 160 steps: switched mid-epoch on both ranks at the same step, checked within the epoch at the same
     # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch, two workers ~2x
     assert zero["mid_epoch"] and one["mid_epoch"], (zero, one)
