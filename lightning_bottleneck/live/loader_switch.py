@@ -152,6 +152,11 @@ def recreate(dl: DataLoader, settings: dict[str, Any]) -> DataLoader:
     return new
 
 
+#: Batches kept beyond a worker iterator's read-ahead (:class:`_Remaining`'s ``keep``): a margin, not a measure;
+#: a few index lists cost nothing.
+READ_AHEAD_SLACK = 16
+
+
 class _Remaining(Sampler):
     """The batches of index lists the running in-process iterator has not fetched yet: exactly ``left`` of them,
     taken from its own batch sampler iterator (never asked one more time: that would run ``RandomSampler``'s tail
@@ -256,11 +261,6 @@ def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> Dat
     else:
         persistent = False
     return _over(dl, batches, running._base_seed, workers, persistent, settings)
-
-
-#: Batches kept beyond a worker iterator's read-ahead (:class:`_Remaining`'s ``keep``): a margin, not a measure;
-#: a few index lists cost nothing.
-READ_AHEAD_SLACK = 16
 
 
 def _over(
