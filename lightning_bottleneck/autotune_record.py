@@ -40,9 +40,8 @@ class AutotuneRecord:
     applied_at_epoch: int | None = None  # the epoch of the switch (mid_epoch) or the first that ran with it
     mid_epoch: bool = False  # switched within an epoch, the sampler's position kept
     decided_at_step: int | None = None
-    undone_at_epoch: int | None = (
-        None  # the first epoch back on the previous settings (the epoch of a mid-epoch undo)
-    )
+    #: the first epoch back on the previous settings (the epoch of a mid-epoch undo)
+    undone_at_epoch: int | None = None
     undone_at_step: int | None = None  # the step after which a mid-epoch undo put the previous loader back
     steps_before: int = 0
     steps_after: int = 0

@@ -8,6 +8,7 @@ times slower (undone) whatever else runs on the machine.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -525,6 +526,20 @@ def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path
 
 
 # ---------------------------------------------------------------------------------------------- pure parts
+@pytest.mark.skipif(
+    "in_order" not in inspect.signature(DataLoader).parameters, reason="DataLoader(in_order=) is torch >= 2.6"
+)
+def test_workers_that_replace_in_process_loading_keep_its_order() -> None:
+    from lightning_bottleneck.live.loader_switch import recreate
+
+    data = Indexed(n=40)
+    # in-process loading has one order whatever in_order says; the workers that replace it must keep it
+    assert recreate(DataLoader(data, batch_size=4, in_order=False), {"num_workers": 2}).in_order is True
+    # a loader whose workers already loaded out of order keeps the user's choice
+    workers = DataLoader(data, batch_size=4, num_workers=1, in_order=False)
+    assert recreate(workers, {"num_workers": 2}).in_order is False
+
+
 def test_decide_keeps_only_what_is_faster_beyond_noise() -> None:
     before = [10.0 + 0.1 * (i % 7) for i in range(40)]
     assert decide(before, [x * 0.5 for x in before]).keep

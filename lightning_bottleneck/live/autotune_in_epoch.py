@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_bottleneck.live.loader_switch import back_in_process, shutdown_iterator, shutdown_workers
+from lightning_bottleneck.live.loader_switch import back_in_process, shutdown_iterator
 
 if TYPE_CHECKING:  # the state machine that calls this (live/autotune.py imports this module)
     from lightning_bottleneck.live.autotune import Autotuner
@@ -24,19 +24,15 @@ __all__ = ["undo_in_epoch"]
 
 
 def undo_in_epoch(tuner: Autotuner, trainer: Any) -> None:
-    """Put the user's loaders back in the running epoch, the sampler's position kept; the workers stop. Raises
-    (before changing anything) where a switched loader's position cannot be taken back."""
-    combined = trainer.fit_loop._combined_loader
-    iterators = combined._iterator.iterators
+    """Put the user's loaders back in the fit loop's running iterator, the sampler's position kept; the workers of
+    the iterators they replace stop. Raises (before changing anything) where a switched loader's position cannot be
+    taken back. The caller's undo then puts the user's loaders back for any epoch after (``flattened``) and shuts
+    down the persistent workers, as at an epoch boundary."""
+    iterators = trainer.fit_loop._combined_loader._iterator.iterators
     back = [
         (i, iter(back_in_process(tuner.originals[i], iterators[i], finish))) for i, finish in tuner.switched
     ]
     for i, it in back:
         shutdown_iterator(iterators[i])
         iterators[i] = it
-    combined.flattened = list(tuner.originals)
-    for dl, original in zip(tuner.replaced, tuner.originals):
-        if dl is not original:
-            shutdown_workers(dl)
-    tuner.rest_of_epoch = []
     tuner.switched = []

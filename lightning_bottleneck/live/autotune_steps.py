@@ -56,7 +56,7 @@ def steps_left_in_epoch(trainer: Any, length: RunLength | None = None) -> int | 
 
 def in_epoch_only(trainer: Any, length: RunLength | None = None) -> bool:
     """Whether a setting can be applied only within the running epoch: too few epochs left to apply it at an epoch
-    boundary and check it (rules/autotune.py: MIN_EPOCHS_LEFT, MIN_STEPS_AFTER_CHECK)."""
+    boundary and check it (rules/autotune.py: MIN_EPOCHS_LEFT)."""
     left = epochs_left(trainer, length)
     return left is not None and left < MIN_EPOCHS_LEFT
 

@@ -127,6 +127,8 @@ def recreate(dl: DataLoader, settings: dict[str, Any]) -> DataLoader:
     }
     if workers == 0 and dl.multiprocessing_context is not None:
         wanted["multiprocessing_context"] = None  # torch refuses a context without workers
+    if workers > 0 and dl.num_workers == 0 and getattr(dl, "in_order", True) is False:
+        wanted["in_order"] = True  # in-process loading had no other order (torch >= 2.6)
     sampler: Any = dl.sampler
     reused_draw = persistent and draws_every_epoch(dl)
     tail = (
