@@ -20,10 +20,12 @@ from typing import Any
 
 KEPT, UNDONE, APPLIED, NOT_APPLIED = "kept", "undone", "applied", "not_applied"
 STATUSES = (KEPT, UNDONE, APPLIED, NOT_APPLIED)
-#: What the choice rested on: the mid-run verdict's measured loader advice, or (before any profiling) the first
-#: epoch's worker start-up with loading timed in the training process (rules/autotune.py: restart_fix).
-BASIS_VERDICT, BASIS_FIRST_EPOCH = "verdict", "first_epoch"
-BASES = (BASIS_VERDICT, BASIS_FIRST_EPOCH)
+#: What the choice rested on: the mid-run verdict's measured loader advice; (before any profiling) the first
+#: epoch's worker start-up with loading timed in the training process (rules/autotune.py: restart_fix); or that same
+#: start-up once the verdict had no measured loader setting to apply (``restarts``: a smaller share of the epoch,
+#: rules/autotune.py: RESTART_SHARE_AFTER_VERDICT).
+BASIS_VERDICT, BASIS_FIRST_EPOCH, BASIS_RESTARTS = "verdict", "first_epoch", "restarts"
+BASES = (BASIS_VERDICT, BASIS_FIRST_EPOCH, BASIS_RESTARTS)
 
 
 @dataclass
@@ -52,7 +54,7 @@ class AutotuneRecord:
     reason: str = ""  # why nothing was applied, or why it was undone, in one sentence
     keep_line: str = ""  # the one line to put in the code to keep the setting without autotune
     basis: str = BASIS_VERDICT  # what the choice rested on (BASES)
-    # first_epoch: the first epoch's wait for its first batch (the workers' start-up), and a batch loaded in the
+    # first_epoch, restarts: the first epoch's wait for its first batch (the workers' start-up), and a batch loaded in the
     # training process (timed there)
     startup_ms: float | None = None
     in_process_batch_ms: float | None = None

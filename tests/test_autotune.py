@@ -30,6 +30,7 @@ from lightning_bottleneck import BottleneckCallback
 from lightning_bottleneck.advice.autotune import keep_line
 from lightning_bottleneck.autotune_record import (
     BASIS_FIRST_EPOCH,
+    BASIS_RESTARTS,
     BASIS_VERDICT,
     KEPT,
     NOT_APPLIED,
@@ -46,6 +47,7 @@ from lightning_bottleneck.rules.autotune import (
     CLEAN_BEFORE_STEPS,
     LARGE_GAIN_MIN,
     MIN_CONFIRM_STEPS,
+    RESTART_SHARE_AFTER_VERDICT,
     Choice,
     alternative,
     choose,
@@ -460,9 +462,56 @@ def test_workers_restarting_every_epoch_are_switched_after_the_first_epoch_befor
     assert not _loader_advice(cb.report)
 
 
+class SlowStep(Seen):
+    """A step of ~60 ms (the loading takes microseconds): a run whose workers' start-up is a third of an epoch."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        time.sleep(0.06)
+        return super().training_step(batch, batch_idx)
+
+
+def test_workers_restarting_for_a_third_of_each_epoch_are_switched_once_the_verdict_has_nothing_measured(
+    tmp_path: Path,
+) -> None:
+    # 2 workers that take 0.3 s to start, restarted every epoch, for 10 steps of ~60 ms: the start-up is under half
+    # the first epoch (the first-epoch check leaves it to the verdict) and the verdict has no measured loader
+    # setting (no probe), so the restarts are fixed at the next boundary and checked on the run's own steps
+    data = Indexed(n=40)
+
+    def loader() -> DataLoader:
+        g = torch.Generator().manual_seed(7)
+        return DataLoader(
+            data, batch_size=4, shuffle=True, generator=g, num_workers=2, worker_init_fn=_slow_start
+        )
+
+    torch.manual_seed(0)
+    plain = SlowStep()
+    quiet_trainer(tmp_path / "plain", [], max_epochs=6).fit(plain, train_dataloaders=loader())
+    torch.manual_seed(0)
+    tuned = SlowStep()
+    cb = BottleneckCallback(**{**FAST, "wait": 2}, autotune=True)
+    trainer = quiet_trainer(tmp_path / "tuned", [cb], max_epochs=6)
+    trainer.fit(tuned, train_dataloaders=loader())
+    record = cb.report.autotune
+    assert record is not None and record.basis == BASIS_RESTARTS, record
+    assert record.settings == {"num_workers": 0} and record.previous == {"num_workers": 2}, record
+    assert record.applied_at_epoch is not None and 1 <= record.applied_at_epoch <= 3 and not record.mid_epoch
+    # the start-up under half the first epoch (its 10 steps take 0.6 s or more), at least a fifth of it
+    assert record.startup_ms is not None and 250 <= record.startup_ms < 600 + 10 * 60, record
+    # kept: 0.3 s an epoch spread over its 10 steps is half a step more, far outside the noise
+    assert record.status == KEPT and record.speedup is not None and record.speedup > 1.2, record
+    assert trainer.train_dataloader.num_workers == 0
+    assert tuned.seen == plain.seen  # the exact sequence of sample indices, across the switch
+    assert "once the verdict had no measured loader setting to apply" in autotune_line(record)
+    assert record.to_dict()["basis"] == BASIS_RESTARTS
+
+
 def test_the_first_epoch_check_acts_only_on_start_ups_that_dominate_the_epoch() -> None:
     assert restart_bound(400.0, 20.0) and restart_bound(300.0, 300.0)
     assert not restart_bound(299.0, 301.0)  # under half the epoch: the verdict decides
+    # once the verdict has no measured setting: a fifth of the epoch
+    assert restart_bound(200.0, 800.0, RESTART_SHARE_AFTER_VERDICT)
+    assert not restart_bound(199.0, 801.0, RESTART_SHARE_AFTER_VERDICT)
     assert not restart_bound(40.0, 1.0)  # under the stall floor (EPOCH_STALL_MIN_MS): a fork's noise
     # loading in-process over the epochs left (7 x 10 x 0.2 ms = 14 ms) is far under one more start-up
     assert restart_fix(0.4, 10, 7, 0.0002) == {"num_workers": 0}

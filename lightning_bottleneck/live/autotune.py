@@ -190,9 +190,10 @@ class Autotuner:
             and (self.pending is None or self.pending.settings is None)
         ):
             # the first epoch's end, no measured setting from a verdict (none yet, or none to apply)
-            payload = self._agreed(trainer, lambda: restart_choice(self, run, trainer))
+            after_verdict = self.pending is not None  # it had no measured setting to apply
+            payload = self._agreed(trainer, lambda: restart_choice(self, run, trainer, after_verdict))
             if payload[0] is not None:
-                self._apply(run, trainer, payload, mid_epoch=False, basis=BASIS_FIRST_EPOCH)
+                self._apply(run, trainer, payload, mid_epoch=False)
                 return
         if self.state == WAITING and run.midrun_report is not None:
             self.switch_at = NO_SWITCH  # the boundary comes first: the switch is made here
@@ -274,7 +275,7 @@ class Autotuner:
     def _before(self, run: Any, basis: str) -> list[float]:
         """What the setting is judged against: for a verdict's setting the steps since the verdict
         (:meth:`_clean_before`) when there are enough of them, else every timed step before the switch."""
-        clean = self._clean_before(run) if basis == BASIS_VERDICT else None
+        clean = self._clean_before(run) if basis != BASIS_FIRST_EPOCH else None
         if clean is not None:
             return clean
         out: list[float] = []
@@ -314,9 +315,8 @@ class Autotuner:
         trainer: Any,
         payload: Choice,
         mid_epoch: bool,
-        basis: str = BASIS_VERDICT,
     ) -> None:
-        settings, reason = payload.settings, payload.reason
+        settings, reason, basis = payload.settings, payload.reason, payload.basis
         self.alternative = payload.alternative
         self.state = DONE
         if settings is None:
@@ -376,7 +376,7 @@ class Autotuner:
             keep_line=keep_line(settings, config.batch_size if config is not None else None),
             basis=basis,
         )
-        if basis == BASIS_FIRST_EPOCH and self.first_epoch is not None:
+        if basis != BASIS_VERDICT and self.first_epoch is not None:
             self.record.startup_ms, self.record.in_process_batch_ms = self.first_epoch
         self.state = TRIAL
         when = "mid-epoch, the sampler's position kept" if mid_epoch else f"from epoch {self.switch_epoch}"
@@ -400,6 +400,10 @@ class Autotuner:
         accelerator = run.config.accelerator if run.config is not None else None
         ladder = run.measured.loader_ladder if run.measured is not None else None
         choice = choose(run.midrun_report, accelerator, ladder.left_to_run if ladder is not None else None)
+        if choice.settings is None and not in_epoch_only(trainer, length):  # nothing measured: restarts?
+            restarts = restart_choice(self, run, trainer, after_verdict=True)
+            if restarts.settings is not None:
+                return restarts
         if choice.settings is not None and in_epoch_only(trainer, length):
             left = epochs_left(trainer, length)
             why = f"the fit has {left} epoch(s) left after epoch {trainer.current_epoch}"

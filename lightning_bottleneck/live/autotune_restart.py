@@ -1,17 +1,27 @@
-"""Autotune's first-epoch choice: workers that restart every epoch and spent most of the first one starting up
-(:func:`~lightning_bottleneck.rules.autotune.restart_bound`), decided at its end, before the profiling window's
-verdict. Rank zero times a few batches loaded in the training process
-(:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`) and picks ``num_workers=0`` or
-``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`)."""
+"""Autotune's choice for workers that restart every epoch: decided at the end of the first epoch, before the
+profiling window's verdict, where they spent most of it starting up
+(:func:`~lightning_bottleneck.rules.autotune.restart_bound`), or once the verdict had no measured loader setting
+to apply, where they spent a smaller share of it
+(:data:`~lightning_bottleneck.rules.autotune.RESTART_SHARE_AFTER_VERDICT`). Rank zero times a few batches loaded in
+the training process (:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`) and picks
+``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lightning_bottleneck.autotune_record import BASIS_FIRST_EPOCH, BASIS_RESTARTS
 from lightning_bottleneck.live.loader_switch import eligible, epoch_batches
 from lightning_bottleneck.measure.loader_probe import time_in_process
 from lightning_bottleneck.measure.stage import run_length
-from lightning_bottleneck.rules.autotune import MIN_EPOCHS_LEFT, Choice, restart_bound, restart_fix
+from lightning_bottleneck.rules.autotune import (
+    MIN_EPOCHS_LEFT,
+    RESTART_SHARE_AFTER_VERDICT,
+    RESTART_SHARE_MIN,
+    Choice,
+    restart_bound,
+    restart_fix,
+)
 
 if TYPE_CHECKING:  # the state machine that calls this (live/autotune.py imports this module)
     from lightning_bottleneck.live.autotune import Autotuner
@@ -26,11 +36,18 @@ IN_PROCESS_TIMING_SHARE = 0.02
 IN_PROCESS_TIMING_MAX_S = 0.25
 
 
-def restart_choice(tuner: Autotuner, run: Any, trainer: Any) -> Choice:
-    """At the end of the first epoch: the fix for workers that restart every epoch and spent most of it
-    starting up (rules/autotune.py: restart_bound, restart_fix), or None (the verdict decides later)."""
+def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool = False) -> Choice:
+    """The fix for workers that restart every epoch (rules/autotune.py: restart_bound, restart_fix), or None: at
+    the end of the first epoch where they spent most of it starting up (the verdict decides later), or, with
+    ``after_verdict`` (the verdict had no measured setting to apply), where they spent at least
+    RESTART_SHARE_AFTER_VERDICT of it. Applied at the next epoch boundary."""
+    share, basis = (
+        (RESTART_SHARE_AFTER_VERDICT, BASIS_RESTARTS)
+        if after_verdict
+        else (RESTART_SHARE_MIN, BASIS_FIRST_EPOCH)
+    )
     waits = run.timer.epoch_start_wait_ms
-    first, _ = tuner.entries[0]
+    first = tuner.entries[0][0] if tuner.entries else None
     reloads = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)
     if not waits or first is None or reloads:
         return Choice(None)
@@ -43,12 +60,13 @@ def restart_choice(tuner: Autotuner, run: Any, trainer: Any) -> Choice:
     if not dl.num_workers or length.epochs is None or not length.steps_per_epoch:
         return Choice(None)
     epochs_left = length.epochs - (trainer.current_epoch + 1)
-    start_ms = waits[0]
-    # the epoch's steps at their median (the profiled ones, which may fall in this epoch, are slower)
-    epoch_steps_ms = (first - start_ms) * length.steps_per_epoch
-    if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms):
+    # a restart's wait: the first epoch's, or (after the verdict) the least of the epochs' started so far
+    start_ms = min(waits) if after_verdict else waits[0]
+    # the first epoch's steps at their median (the profiled ones, which may fall in it, are slower)
+    epoch_steps_ms = (first - waits[0]) * length.steps_per_epoch
+    if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms, share):
         return Choice(None)
     budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S)
     batch_s = time_in_process(dl, budget)
     tuner.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
-    return Choice(restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s))
+    return Choice(restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s), basis=basis)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_bottleneck.autotune_record import APPLIED, BASIS_FIRST_EPOCH, KEPT, UNDONE, AutotuneRecord
+from lightning_bottleneck.autotune_record import (
+    APPLIED,
+    BASIS_FIRST_EPOCH,
+    BASIS_RESTARTS,
+    KEPT,
+    UNDONE,
+    AutotuneRecord,
+)
 
 __all__ = ["autotune_line", "basis_text", "measured_text", "race_line", "race_text", "settings_text"]
 
@@ -25,18 +32,21 @@ def measured_text(record: AutotuneRecord) -> str:
 
 
 def basis_text(record: AutotuneRecord) -> str:
-    """`` (chosen after the first epoch: ...)`` for a first-epoch choice; empty for the verdict's."""
-    if record.basis != BASIS_FIRST_EPOCH or record.startup_ms is None:
+    """`` (chosen after the first epoch: ...)`` for a choice that rests on the workers' start-up (BASIS_FIRST_EPOCH,
+    BASIS_RESTARTS); empty for the verdict's measured setting."""
+    if record.basis not in (BASIS_FIRST_EPOCH, BASIS_RESTARTS) or record.startup_ms is None:
         return ""
     loading = (
         f"; a batch loads in {record.in_process_batch_ms:.2f} ms in the training process"
         if record.in_process_batch_ms is not None
         else ""
     )
-    return (
-        f" (chosen after the first epoch: its workers, restarted every epoch, took {record.startup_ms:.0f} ms to "
-        f"start{loading})"
+    when = (
+        "after the first epoch"
+        if record.basis == BASIS_FIRST_EPOCH
+        else "once the verdict had no measured loader setting to apply"
     )
+    return f" (chosen {when}: its workers, restarted every epoch, took {record.startup_ms:.0f} ms to start{loading})"
 
 
 def race_text(record: AutotuneRecord) -> str:

@@ -15,7 +15,8 @@ advice its switch settled.
 * :func:`restart_bound` / :func:`restart_fix`: the one case decided before any profiling, at the end of the first
   epoch: workers that restart every epoch spent most of it starting up. The fix is ``num_workers=0`` when loading
   in the training process (timed there) costs the epochs left less than one more start-up, else
-  ``persistent_workers=True`` (the same workers, started once more, then kept).
+  ``persistent_workers=True`` (the same workers, started once more, then kept). When the mid-run verdict has no
+  measured loader setting to apply, the same fix for a smaller start-up share (:data:`RESTART_SHARE_AFTER_VERDICT`).
 
 Example::
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from lightning_bottleneck.autotune_record import APPLIED, KEPT, UNDONE, AutotuneRecord
+from lightning_bottleneck.autotune_record import APPLIED, BASIS_VERDICT, KEPT, UNDONE, AutotuneRecord
 from lightning_bottleneck.bootstrap import HELPED, HURT, INCONCLUSIVE, NO_CHANGE, ratio_interval
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.report import Recommendation, Report
@@ -41,6 +42,7 @@ __all__ = [
     "MIN_CONFIRM_STEPS",
     "MIN_EPOCHS_LEFT",
     "MIN_STEPS_AFTER_CHECK",
+    "RESTART_SHARE_AFTER_VERDICT",
     "RESTART_SHARE_MIN",
     "Decision",
     "RaceResult",
@@ -91,6 +93,15 @@ MIN_STEPS_AFTER_CHECK = MIN_CONFIRM_STEPS
 #: worker_restart: 0.45 s of start-up against 10 steps of 2 ms an epoch, so waiting for the verdict at step ~20 and
 #: the epoch-3 boundary cost two more start-ups than the whole best fit takes). Below it the verdict decides.
 RESTART_SHARE_MIN = 0.5
+#: Once the mid-run verdict had no measured loader setting to apply (the loader probe found no worker count
+#: faster: the steady loading keeps up), workers restarted every epoch whose first epoch spent at least this share
+#: before its first batch get the same fix at the next epoch boundary: nothing else would be applied, and the
+#: start-up is a loss of the run that the fix removes whole (``persistent_workers=True`` pays it once more, then
+#: never). A fifth: the check then sees a mean step at least a quarter shorter, far outside the no-change band
+#: (thresholds.NO_CHANGE_BAND) and the 10-20% spread of steps here. Issue 29's worker_restart, whose 0.4 s start-up
+#: is about its 80 steps' time on a slow VM: one fit in four fell under RESTART_SHARE_MIN at the first epoch and was
+#: left untouched (6.01 s against 1.42-1.60 s for the three switched, twenty-eighth session).
+RESTART_SHARE_AFTER_VERDICT = 0.2
 
 
 class Choice(NamedTuple):
@@ -98,13 +109,15 @@ class Choice(NamedTuple):
     mid-epoch, how many steps after the verdict it waits and is judged against; the setting raced against it
     for one epoch once it is kept (None: none; the worker count the probe left to the run, :func:`alternative`);
     and whether it is switched, checked and kept or undone within the running epoch (``in_epoch``: the fit has
-    fewer than :data:`MIN_EPOCHS_LEFT` epochs left, see :data:`MIN_STEPS_AFTER_CHECK`)."""
+    fewer than :data:`MIN_EPOCHS_LEFT` epochs left, see :data:`MIN_STEPS_AFTER_CHECK`); and what it rests on
+    (``basis``: the verdict's measured advice, or the first epoch's worker start-up: :func:`restart_fix`)."""
 
     settings: dict[str, Any] | None
     reason: str = ""
     clean_steps: int = CLEAN_BEFORE_STEPS
     alternative: dict[str, Any] | None = None
     in_epoch: bool = False
+    basis: str = BASIS_VERDICT  # what it rests on (autotune_record.BASES)
 
 
 def alternative(settings: dict[str, Any], left_to_run: list[int]) -> dict[str, Any] | None:
@@ -192,13 +205,14 @@ def race(first_ms: list[float], second_ms: list[float]) -> RaceResult:
     return RaceResult(ratio < 1.0, ratio, ratio_interval(a, b, statistic="mean"))
 
 
-def restart_bound(start_ms: float, epoch_steps_ms: float) -> bool:
+def restart_bound(start_ms: float, epoch_steps_ms: float, share: float = RESTART_SHARE_MIN) -> bool:
     """Whether the first epoch's wait for its first batch (``start_ms``: the workers' start-up) is at least
-    :data:`RESTART_SHARE_MIN` of that epoch (the wait plus its steps) and above the stall floor
+    ``share`` of that epoch (the wait plus its steps: :data:`RESTART_SHARE_MIN` before the verdict,
+    :data:`RESTART_SHARE_AFTER_VERDICT` once it had nothing measured to apply) and above the stall floor
     (:data:`~lightning_bottleneck.thresholds.EPOCH_STALL_MIN_MS`). The caller checks that the workers restart."""
     if start_ms < EPOCH_STALL_MIN_MS or epoch_steps_ms < 0:
         return False
-    return start_ms >= RESTART_SHARE_MIN * (start_ms + epoch_steps_ms)
+    return start_ms >= share * (start_ms + epoch_steps_ms)
 
 
 def restart_fix(
