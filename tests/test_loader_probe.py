@@ -888,3 +888,35 @@ def test_a_fast_in_process_loader_closes_its_window_once_its_rate_settles() -> N
     stalled = timed(_Stall(400_000, 8_000, 0.06))
     assert stalled.measured_s >= MIN_MEASURE_S, stalled
     assert timed(TensorDataset(torch.randn(200_000, 8)), workers=1).measured_s >= MIN_MEASURE_S
+
+
+class OneHiccup(Dataset):
+    """Samples of microseconds, except one fetch (the ``at``-th) that stalls ``stall_s``: a scheduler slice or a
+    page fault in a timing window of a few milliseconds."""
+
+    def __init__(self, at: int = 200, stall_s: float = 0.03) -> None:
+        self.calls, self.at, self.stall_s = 0, at, stall_s
+
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.at:
+            time.sleep(self.stall_s)
+        return torch.zeros(4)
+
+
+def test_the_in_process_timing_split_in_three_reads_past_one_disturbed_window() -> None:
+    """Autotune's restart fix weighs in-process loading over the epochs left against one start-up, from a timing of a
+    few milliseconds (live/autotune_restart.py: IN_PROCESS_TIMINGS): one stall inside it reads the loading several
+    times slower; the median of three timings does not."""
+    from lightning_bottleneck.measure.loader_probe import time_in_process
+
+    single = time_in_process(DataLoader(OneHiccup(), batch_size=4), 0.045)
+    median = time_in_process(DataLoader(OneHiccup(), batch_size=4), 0.045, timings=3)
+    clean = time_in_process(DataLoader(OneHiccup(at=-1), batch_size=4), 0.015)
+    assert single is not None and median is not None and clean is not None
+    # the 30 ms stall in the single 45 ms window: two thirds of it; in the median: one timing of three left out
+    assert single > 2 * clean, (single, clean)
+    assert median - clean < (single - clean) / 2, (median, single, clean)  # nearer the clean timing by far
