@@ -470,12 +470,28 @@ class SlowStep(Seen):
         return super().training_step(batch, batch_idx)
 
 
+class SlowTrainStart(pl.Callback):
+    """Another callback's work at the start of training (0.35 s): Lightning has started the first epoch's workers
+    before it (``FitLoop.setup_data``), so the first epoch's wait for its first batch no longer shows their start-up."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        time.sleep(0.35)
+
+
+@pytest.mark.parametrize(
+    ("wait", "hidden", "epochs"),
+    [(2, False, (1, 2)), (14, False, (2,)), (2, True, (2,))],
+    ids=["verdict-in-epoch-0", "verdict-in-epoch-1", "first-start-up-hidden"],
+)
 def test_workers_restarting_for_a_third_of_each_epoch_are_switched_once_the_verdict_has_nothing_measured(
-    tmp_path: Path,
+    tmp_path: Path, wait: int, hidden: bool, epochs: tuple[int, ...]
 ) -> None:
     # 2 workers that take 0.3 s to start, restarted every epoch, for 10 steps of ~60 ms: the start-up is under half
     # the first epoch (the first-epoch check leaves it to the verdict) and the verdict has no measured loader
-    # setting (no probe), so the restarts are fixed at the next boundary and checked on the run's own steps
+    # setting (no probe), so the restarts are fixed at an epoch boundary and checked on the run's own steps. A
+    # verdict within the first epoch: its end, or the second's where the first epoch's wait hid the start-up
+    # (Lightning starts the first iterator before on_train_start: 6-9 ms of it seen in some fits beside other
+    # processes, 250-300 ms in others; "first-start-up-hidden" makes it so); a verdict in the second epoch: its end.
     data = Indexed(n=40)
 
     def loader() -> DataLoader:
@@ -489,15 +505,17 @@ def test_workers_restarting_for_a_third_of_each_epoch_are_switched_once_the_verd
     quiet_trainer(tmp_path / "plain", [], max_epochs=6).fit(plain, train_dataloaders=loader())
     torch.manual_seed(0)
     tuned = SlowStep()
-    cb = BottleneckCallback(**{**FAST, "wait": 2}, autotune=True)
-    trainer = quiet_trainer(tmp_path / "tuned", [cb], max_epochs=6)
+    cb = BottleneckCallback(**{**FAST, "wait": wait}, autotune=True)
+    trainer = quiet_trainer(tmp_path / "tuned", [SlowTrainStart(), cb] if hidden else [cb], max_epochs=6)
     trainer.fit(tuned, train_dataloaders=loader())
     record = cb.report.autotune
-    assert record is not None and record.basis == BASIS_RESTARTS, record
+    if hidden:
+        assert cb._run is not None and cb._run.timer.epoch_start_wait_ms[0] < 150  # the first start-up hidden
+    assert record is not None and record.basis == BASIS_RESTARTS, (record.reason, "\n".join(cb.report.notes))
     assert record.settings == {"num_workers": 0} and record.previous == {"num_workers": 2}, record
-    assert record.applied_at_epoch is not None and 1 <= record.applied_at_epoch <= 3 and not record.mid_epoch
-    # the start-up under half the first epoch (its 10 steps take 0.6 s or more), at least a fifth of it
-    assert record.startup_ms is not None and 250 <= record.startup_ms < 600 + 10 * 60, record
+    assert record.applied_at_epoch in epochs and not record.mid_epoch, record
+    # the start-up under half an epoch (its 10 steps take 0.6 s or more), at least a fifth of it
+    assert record.startup_ms is not None and 150 <= record.startup_ms < 600 + 10 * 60, record
     # kept: 0.3 s an epoch spread over its 10 steps is half a step more, far outside the noise
     assert record.status == KEPT and record.speedup is not None and record.speedup > 1.2, record
     assert trainer.train_dataloader.num_workers == 0

@@ -63,7 +63,7 @@ from lightning_bottleneck.autotune_record import (
 )
 from lightning_bottleneck.live.autotune_in_epoch import undo_in_epoch
 from lightning_bottleneck.live.autotune_race import finish_race, start_race
-from lightning_bottleneck.live.autotune_restart import restart_choice
+from lightning_bottleneck.live.autotune_restart import restart_choice, restarts_every_epoch
 from lightning_bottleneck.live.autotune_steps import (
     DONE,
     RACE,
@@ -184,17 +184,15 @@ class Autotuner:
         for it in self.rest_of_epoch:  # the loaders that finished the switched epoch: their workers go
             shutdown_iterator(it)
         self.rest_of_epoch = []
-        if (
-            self.state == WAITING
-            and len(self.entries) == 1
-            and (self.pending is None or self.pending.settings is None)
-        ):
-            # the first epoch's end, no measured setting from a verdict (none yet, or none to apply)
-            after_verdict = self.pending is not None  # it had no measured setting to apply
+        after_verdict = self.pending is not None and self.pending.settings is None  # it had nothing to apply
+        if self.state == WAITING and (after_verdict or (self.pending is None and len(self.entries) == 1)):
+            # workers restarted every epoch: the first epoch's end before any verdict, or once it had nothing
             payload = self._agreed(trainer, lambda: restart_choice(self, run, trainer, after_verdict))
-            if payload[0] is not None:
+            if payload.settings is not None:
                 self._apply(run, trainer, payload, mid_epoch=False)
                 return
+            if after_verdict and len(self.entries) == 1 and restarts_every_epoch(trainer):
+                return  # the first epoch's wait may hide the start-up (restart_choice); the next one's shows it
         if self.state == WAITING and run.midrun_report is not None:
             self.switch_at = NO_SWITCH  # the boundary comes first: the switch is made here
             if self.pending is None:  # no choice at the mid-run verdict (it did not reach this object)
@@ -400,10 +398,6 @@ class Autotuner:
         accelerator = run.config.accelerator if run.config is not None else None
         ladder = run.measured.loader_ladder if run.measured is not None else None
         choice = choose(run.midrun_report, accelerator, ladder.left_to_run if ladder is not None else None)
-        if choice.settings is None and not in_epoch_only(trainer, length):  # nothing measured: restarts?
-            restarts = restart_choice(self, run, trainer, after_verdict=True)
-            if restarts.settings is not None:
-                return restarts
         if choice.settings is not None and in_epoch_only(trainer, length):
             left = epochs_left(trainer, length)
             why = f"the fit has {left} epoch(s) left after epoch {trainer.current_epoch}"
@@ -473,6 +467,8 @@ class Autotuner:
             self.record.outcome = interim.outcome
         if self.record is not None:
             return self.record
+        if self.pending is not None and self.pending.settings is None:  # a restart check was still to come
+            return AutotuneRecord(status=NOT_APPLIED, reason=self.pending.reason)
         why = (
             "the fit ended before an epoch boundary after the mid-run verdict, and the switch could not be made "
             "mid-epoch"

@@ -8,6 +8,7 @@ the training process (:func:`~lightning_bottleneck.measure.loader_probe.time_in_
 
 from __future__ import annotations
 
+from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from lightning_bottleneck.autotune_record import BASIS_FIRST_EPOCH, BASIS_RESTARTS
@@ -26,7 +27,13 @@ from lightning_bottleneck.rules.autotune import (
 if TYPE_CHECKING:  # the state machine that calls this (live/autotune.py imports this module)
     from lightning_bottleneck.live.autotune import Autotuner
 
-__all__ = ["IN_PROCESS_TIMINGS", "IN_PROCESS_TIMING_MAX_S", "IN_PROCESS_TIMING_SHARE", "restart_choice"]
+__all__ = [
+    "IN_PROCESS_TIMINGS",
+    "IN_PROCESS_TIMING_MAX_S",
+    "IN_PROCESS_TIMING_SHARE",
+    "restart_choice",
+    "restarts_every_epoch",
+]
 
 #: The in-process timing of the first-epoch check takes at most this share of the start-up it would save once an
 #: epoch (a fiftieth: the check then costs the run far less than any epoch left gains; on issue 29's
@@ -43,6 +50,18 @@ IN_PROCESS_TIMING_MAX_S = 0.25
 IN_PROCESS_TIMINGS = 3
 
 
+def restarts_every_epoch(trainer: Any) -> bool:
+    """Whether the fit's one train DataLoader starts its workers every epoch (``num_workers > 0`` without
+    ``persistent_workers``, not re-created by ``reload_dataloaders_every_n_epochs``) and autotune can re-create it."""
+    if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
+        return False
+    combined = getattr(trainer.fit_loop, "_combined_loader", None)
+    loaders = list(combined.flattened) if combined is not None else []
+    return (
+        len(loaders) == 1 and bool(loaders[0].num_workers) and eligible(loaders[0], epoch_batches(combined))
+    )
+
+
 def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool = False) -> Choice:
     """The fix for workers that restart every epoch (rules/autotune.py: restart_bound, restart_fix), or None: at
     the end of the first epoch where they spent most of it starting up (the verdict decides later), or, with
@@ -55,20 +74,17 @@ def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool
     )
     waits = run.timer.epoch_start_wait_ms
     first = tuner.entries[0][0] if tuner.entries else None
-    reloads = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)
-    if not waits or first is None or reloads:
+    if not waits or first is None or not restarts_every_epoch(trainer):
         return Choice(None)
-    combined = getattr(trainer.fit_loop, "_combined_loader", None)
-    loaders = list(combined.flattened) if combined is not None else []
-    if len(loaders) != 1 or not eligible(loaders[0], epoch_batches(combined)):
-        return Choice(None)
-    dl = loaders[0]
+    dl = trainer.fit_loop._combined_loader.flattened[0]
     length = run_length(trainer)
-    if not dl.num_workers or length.epochs is None or not length.steps_per_epoch:
+    if length.epochs is None or not length.steps_per_epoch:
         return Choice(None)
     epochs_left = length.epochs - (trainer.current_epoch + 1)
-    # a restart's wait: the first epoch's, or (after the verdict) the least of the epochs' started so far
-    start_ms = min(waits) if after_verdict else waits[0]
+    # The start-up: Lightning creates the first epoch's iterator before the fit's on_train_start hooks
+    # (FitLoop.setup_data), so the first epoch's wait is what is left of it after them; later epochs create theirs
+    # after on_train_epoch_start and wait for all of it. After the verdict, the later epochs' waits at their median.
+    start_ms = median(waits[1:]) if after_verdict and len(waits) > 1 else waits[0]
     # the first epoch's steps at their median (the profiled ones, which may fall in it, are slower)
     epoch_steps_ms = (first - waits[0]) * length.steps_per_epoch
     if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms, share):
