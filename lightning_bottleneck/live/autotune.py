@@ -31,10 +31,10 @@ where the sampler's position is kept, checked :data:`~lightning_bottleneck.rules
 later inside the same epoch, and undone there exactly (:mod:`lightning_bottleneck.live.autotune_in_epoch`); where the
 position cannot be kept, or the epoch is too short to check and pay back, nothing is applied and the record says why.
 
-One case is decided earlier, at the end of the first epoch, before the profiling window's verdict (or where that
-verdict has no measured setting to apply): workers that restart every epoch spent most of it starting up
-(:func:`~lightning_bottleneck.rules.autotune.restart_bound`). Rank zero times a few batches loaded in the training
-process
+Workers that restart every epoch are decided apart (:mod:`lightning_bottleneck.live.autotune_restart`): at the end
+of the first epoch, before the profiling window's verdict, where they spent most of it starting up
+(:func:`~lightning_bottleneck.rules.autotune.restart_bound`), and at the epoch boundary after a verdict that has no
+measured setting to apply, for a smaller share. Rank zero times a few batches loaded in the training process
 (:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a fiftieth of that start-up) and picks
 ``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the
 switch, the check and the undo are the same as above. After such a switch the measurement stage does not probe

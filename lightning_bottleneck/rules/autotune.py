@@ -91,13 +91,15 @@ MIN_STEPS_AFTER_CHECK = MIN_CONFIRM_STEPS
 #: epoch before its first batch: every epoch left would then take at least twice its steps' time, a loss that no
 #: step-level noise fakes and that the window's verdict would only confirm an epoch or two later (issue 29's
 #: worker_restart: 0.45 s of start-up against 10 steps of 2 ms an epoch, so waiting for the verdict at step ~20 and
-#: the epoch-3 boundary cost two more start-ups than the whole best fit takes). Below it the verdict decides.
+#: the epoch-3 boundary cost two more start-ups than the whole best fit takes). Below it the verdict decides, as it
+#: does where the first epoch's wait shows only part of the start-up (Lightning starts that epoch's workers before
+#: the fit's on_train_start hooks).
 RESTART_SHARE_MIN = 0.5
 #: Once the mid-run verdict had no measured loader setting to apply (the loader probe found no worker count
-#: faster: the steady loading keeps up), workers restarted every epoch whose first epoch spent at least this share
-#: before its first batch get the same fix at the next epoch boundary: nothing else would be applied, and the
-#: start-up is a loss of the run that the fix removes whole (``persistent_workers=True`` pays it once more, then
-#: never). A fifth: the check then sees a mean step at least a quarter shorter, far outside the no-change band
+#: faster: the steady loading keeps up), workers restarted every epoch whose start-up (an epoch's wait for its first
+#: batch) is at least this share of an epoch (that wait plus the first epoch's steps) get the same fix at the epoch
+#: boundary after the verdict: nothing else would be applied, and the start-up is a loss of the run that the fix
+#: removes whole (``persistent_workers=True`` pays it once more, then never). A fifth: the check then sees a mean step at least a quarter shorter, far outside the no-change band
 #: (thresholds.NO_CHANGE_BAND) and the 10-20% spread of steps here. Issue 29's worker_restart, whose 0.4 s start-up
 #: is about its 80 steps' time on a slow VM: one fit in four fell under RESTART_SHARE_MIN at the first epoch and was
 #: left untouched (6.01 s against 1.42-1.60 s for the three switched, twenty-eighth session).
