@@ -426,18 +426,24 @@ def _slow_start(worker_id: int) -> None:
     time.sleep(0.3)  # each worker's start-up (a dataset that opens files, a heavy import): paid every epoch
 
 
-def test_workers_restarting_every_epoch_are_switched_after_the_first_epoch_before_any_verdict(
-    tmp_path: Path,
-) -> None:
-    # 2 workers that take 0.3 s to start, restarted every epoch, for 10 batches of microseconds: the check at the
-    # end of the first epoch times the loading in the training process and switches before the window's verdict
-    data = Indexed(n=40)
+def _restarting_loader(data: Dataset) -> Any:
+    """A factory of seeded shuffled loaders of 4-sample batches whose 2 workers take 0.3 s to start, every epoch."""
 
     def loader() -> DataLoader:
         g = torch.Generator().manual_seed(7)
         return DataLoader(
             data, batch_size=4, shuffle=True, generator=g, num_workers=2, worker_init_fn=_slow_start
         )
+
+    return loader
+
+
+def test_workers_restarting_every_epoch_are_switched_after_the_first_epoch_before_any_verdict(
+    tmp_path: Path,
+) -> None:
+    # 2 workers that take 0.3 s to start, restarted every epoch, for 10 batches of microseconds: the check at the
+    # end of the first epoch times the loading in the training process and switches before the window's verdict
+    loader = _restarting_loader(Indexed(n=40))
 
     plain, _, _ = _fit(tmp_path, False, loader, epochs=6)
     torch.manual_seed(0)
@@ -492,13 +498,7 @@ def test_workers_restarting_for_a_third_of_each_epoch_are_switched_once_the_verd
     # verdict within the first epoch: its end, or the second's where the first epoch's wait hid the start-up
     # (Lightning starts the first iterator before on_train_start: 6-9 ms of it seen in some fits beside other
     # processes, 250-300 ms in others; "first-start-up-hidden" makes it so); a verdict in the second epoch: its end.
-    data = Indexed(n=40)
-
-    def loader() -> DataLoader:
-        g = torch.Generator().manual_seed(7)
-        return DataLoader(
-            data, batch_size=4, shuffle=True, generator=g, num_workers=2, worker_init_fn=_slow_start
-        )
+    loader = _restarting_loader(Indexed(n=40))
 
     torch.manual_seed(0)
     plain = SlowStep()
