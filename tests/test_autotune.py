@@ -579,6 +579,20 @@ def test_ddp_rank_zero_decides_and_both_ranks_switch_at_the_same_step(tmp_path: 
     assert zero["workers_now"] == one["workers_now"] == zero["settings"]["num_workers"]
 
 
+def test_ddp_workers_restarting_every_epoch_get_rank_zeros_fix_on_both_ranks(tmp_path: Path) -> None:
+    zero, one = _ddp_records(tmp_path, "autotune_restart")
+    # rank zero chose from its first epoch (or once its verdict had nothing measured) and timed the loading; rank 1
+    # applied the same setting at the same step and both ranks decided alike
+    assert zero["basis"] == one["basis"] and zero["basis"] in (BASIS_FIRST_EPOCH, BASIS_RESTARTS), (zero, one)
+    assert zero["settings"] == one["settings"] == {"num_workers": 0}, (zero, one)
+    assert zero["applied_at_step"] == one["applied_at_step"] is not None
+    assert zero["applied_at_epoch"] == one["applied_at_epoch"] and not zero["mid_epoch"]
+    assert zero["decided_at_step"] == one["decided_at_step"] is not None
+    assert zero["status"] == one["status"] == KEPT, (zero, one)
+    assert zero["speedup"] == one["speedup"] and zero["workers_now"] == one["workers_now"] == 0
+    assert zero["startup_ms"] is not None and zero["startup_ms"] >= 150  # rank zero's own figures
+
+
 def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path) -> None:
     zero, one = _ddp_records(tmp_path, "autotune_epoch")
     # one epoch of 160 steps: switched mid-epoch on both ranks at the same step, checked within the epoch at the same

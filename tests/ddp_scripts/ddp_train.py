@@ -6,6 +6,7 @@
     python tests/ddp_scripts/ddp_train.py OUT_DIR midrun      # a longer run: the mid-run verdict on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune    # autotune: rank zero's choice, applied on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch   # the same in one epoch: checked within it
+    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_restart   # workers restarted every epoch: the restart fix
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,10 @@ def _line(text: str) -> None:
     os.write(1, f"{text}\n".encode())
 
 
+def _slow_start(worker_id: int) -> None:
+    time.sleep(0.3)  # each worker's start-up, paid every epoch (no persistent_workers)
+
+
 def main(out_dir: str, mode: str) -> None:
     torch.manual_seed(0)
     if mode == "comm":
@@ -82,6 +88,15 @@ def main(out_dir: str, mode: str) -> None:
         model = Regressor(width=64, depth=1)
         data = SlowOnOneRank(slow_rank=1, delay_s=0.02)
         callback = BottleneckCallback(wait=1, warmup=1, active=3, verbose=True, gather_timeout=60)
+    elif mode == "autotune_restart":
+        # 2 workers a rank, restarted every epoch, 0.3 s to start, for 40 steps of a few ms: only rank zero times the
+        # loading in-process and picks the fix (rules/autotune.py: restart_fix); rank 1 applies it from the broadcast
+        model = Regressor(width=64, depth=1)
+        data = SlowOnOneRank(n=320)
+        callback = BottleneckCallback(
+            wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
+            trial_budget_s=0, autotune=True,
+        )  # fmt: skip
     elif mode.startswith("autotune"):
         # only rank zero's chooser has a setting: rank 1 gets it from the broadcast
         import lightning_bottleneck.live.autotune as live
@@ -119,7 +134,7 @@ def main(out_dir: str, mode: str) -> None:
         if mode == "comm"
         else ("ddp_spawn" if mode.startswith("spawn") else "ddp"),
         max_steps=30 if mode == "midrun" else -1 if mode.startswith("autotune") else 8,
-        max_epochs=1 if mode == "autotune_epoch" else 8 if mode == "autotune" else None,
+        max_epochs=1 if mode == "autotune_epoch" else 8 if mode in ("autotune", "autotune_restart") else None,
         default_root_dir=out_dir,
         callbacks=[callback],
         logger=False,
@@ -127,7 +142,8 @@ def main(out_dir: str, mode: str) -> None:
         enable_model_summary=False,
         enable_checkpointing=False,
     )
-    trainer.fit(model, DataLoader(data, batch_size=4))
+    workers = {"num_workers": 2, "worker_init_fn": _slow_start} if mode == "autotune_restart" else {}
+    trainer.fit(model, DataLoader(data, batch_size=4, **workers))
     if mode.startswith("autotune"):
         import json
 
