@@ -468,6 +468,26 @@ def test_workers_restarting_every_epoch_are_switched_after_the_first_epoch_befor
     assert not _loader_advice(cb.report)
 
 
+def test_restarting_workers_under_a_combined_loader_get_the_fix_and_the_other_loader_stays(
+    tmp_path: Path,
+) -> None:
+    # two train loaders of 10 batches: "a" restarts 2 workers that take 0.3 s to start every epoch, "b" loads
+    # in-process; the restart fix goes to "a" only ("b" already has it), and both keep their samples
+    def combined() -> CombinedLoader:
+        return CombinedLoader(
+            {"a": _restarting_loader(Indexed(n=40))(), "b": _loader(Indexed(n=40), True)}, "max_size_cycle"
+        )
+
+    plain, _, _ = _fit(tmp_path, False, combined, epochs=6)
+    tuned, trainer, cb = _fit(tmp_path / "tuned", True, combined, epochs=6)
+    record = cb.report.autotune
+    assert record is not None and record.basis in (BASIS_FIRST_EPOCH, BASIS_RESTARTS), (record.reason, record)
+    assert record.settings == {"num_workers": 0} and record.previous == {"num_workers": 2}, record
+    assert record.loaders == 1 and record.status == KEPT, record
+    assert [dl.num_workers for dl in trainer.fit_loop._combined_loader.flattened] == [0, 0]
+    assert tuned.seen == plain.seen  # each loader's sample indices, in order, across the switch
+
+
 class SlowStep(Seen):
     """A step of ~60 ms (the loading takes microseconds): a run whose workers' start-up is a third of an epoch."""
 

@@ -326,7 +326,13 @@ class Autotuner:
         rest: list[tuple[int, Any]] = []
         finishing: list[tuple[int, Any]] = []  # (position, the loader that finishes the epoch)
         try:
-            replaced = [recreate(dl, settings) if eligible(dl, batches) else dl for dl in originals]
+            # a loader that already has the settings (one without workers, under the restart fix) stays as it is
+            replaced = [
+                recreate(dl, settings)
+                if eligible(dl, batches) and loader_settings(dl, settings) != settings
+                else dl
+                for dl in originals
+            ]
             if mid_epoch:
                 running = combined._iterator.iterators
                 for i, (dl, new) in enumerate(zip(originals, replaced)):

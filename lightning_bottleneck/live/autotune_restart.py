@@ -32,6 +32,7 @@ __all__ = [
     "IN_PROCESS_TIMING_MAX_S",
     "IN_PROCESS_TIMING_SHARE",
     "restart_choice",
+    "restarting_loaders",
     "restarts_every_epoch",
 ]
 
@@ -50,16 +51,22 @@ IN_PROCESS_TIMING_MAX_S = 0.25
 IN_PROCESS_TIMINGS = 3
 
 
-def restarts_every_epoch(trainer: Any) -> bool:
-    """Whether the fit's one train DataLoader starts its workers every epoch (``num_workers > 0`` without
-    ``persistent_workers``, not re-created by ``reload_dataloaders_every_n_epochs``) and autotune can re-create it."""
+def restarting_loaders(trainer: Any) -> list[Any]:
+    """The fit's train DataLoaders that start their workers every epoch (``num_workers > 0`` without
+    ``persistent_workers``), where autotune can re-create every train loader (under a ``CombinedLoader`` too: each
+    ends with the epoch) and none is re-created by ``reload_dataloaders_every_n_epochs``; else empty."""
     if getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
-        return False
+        return []
     combined = getattr(trainer.fit_loop, "_combined_loader", None)
     loaders = list(combined.flattened) if combined is not None else []
-    return (
-        len(loaders) == 1 and bool(loaders[0].num_workers) and eligible(loaders[0], epoch_batches(combined))
-    )
+    batches = epoch_batches(combined)
+    if not loaders or not all(eligible(dl, batches) for dl in loaders):
+        return []
+    return [dl for dl in loaders if dl.num_workers]
+
+
+def restarts_every_epoch(trainer: Any) -> bool:
+    return bool(restarting_loaders(trainer))
 
 
 def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool = False) -> Choice:
@@ -74,9 +81,9 @@ def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool
     )
     waits = run.timer.epoch_start_wait_ms
     first = tuner.entries[0][0] if tuner.entries else None
-    if not waits or first is None or not restarts_every_epoch(trainer):
+    loaders = restarting_loaders(trainer)
+    if not waits or first is None or not loaders:
         return Choice(None)
-    dl = trainer.fit_loop._combined_loader.flattened[0]
     length = run_length(trainer)
     if length.epochs is None or not length.steps_per_epoch:
         return Choice(None)
@@ -89,7 +96,9 @@ def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool
     epoch_steps_ms = (first - waits[0]) * length.steps_per_epoch
     if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms, share):
         return Choice(None)
-    budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S)
-    batch_s = time_in_process(dl, budget, timings=IN_PROCESS_TIMINGS)
+    # a step takes a batch of every loader: in-process, their loading adds up (the budget shared among them)
+    budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S) / len(loaders)
+    times = [time_in_process(dl, budget, timings=IN_PROCESS_TIMINGS) for dl in loaders]
+    batch_s = None if any(t is None for t in times) else sum(t for t in times if t is not None)
     tuner.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
     return Choice(restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s), basis=basis)
