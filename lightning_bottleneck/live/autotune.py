@@ -63,7 +63,7 @@ from lightning_bottleneck.autotune_record import (
 )
 from lightning_bottleneck.live.autotune_in_epoch import undo_in_epoch
 from lightning_bottleneck.live.autotune_race import finish_race, start_race
-from lightning_bottleneck.live.autotune_restart import restart_choice, restarts_every_epoch
+from lightning_bottleneck.live.autotune_restart import restart_choice, restarting_loaders
 from lightning_bottleneck.live.autotune_steps import (
     DONE,
     RACE,
@@ -191,7 +191,7 @@ class Autotuner:
             if payload.settings is not None:
                 self._apply(run, trainer, payload, mid_epoch=False)
                 return
-            if after_verdict and len(self.entries) == 1 and restarts_every_epoch(trainer):
+            if after_verdict and len(self.entries) == 1 and restarting_loaders(trainer):
                 return  # the first epoch's wait may hide the start-up (restart_choice); the next one's shows it
         if self.state == WAITING and run.midrun_report is not None:
             self.switch_at = NO_SWITCH  # the boundary comes first: the switch is made here

@@ -33,7 +33,6 @@ __all__ = [
     "IN_PROCESS_TIMING_SHARE",
     "restart_choice",
     "restarting_loaders",
-    "restarts_every_epoch",
 ]
 
 #: The in-process timing of the first-epoch check takes at most this share of the start-up it would save once an
@@ -63,10 +62,6 @@ def restarting_loaders(trainer: Any) -> list[Any]:
     if not loaders or not all(eligible(dl, batches) for dl in loaders):
         return []
     return [dl for dl in loaders if dl.num_workers]
-
-
-def restarts_every_epoch(trainer: Any) -> bool:
-    return bool(restarting_loaders(trainer))
 
 
 def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool = False) -> Choice:
