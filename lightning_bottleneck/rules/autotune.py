@@ -99,8 +99,9 @@ RESTART_SHARE_MIN = 0.5
 #: faster: the steady loading keeps up), workers restarted every epoch whose start-up (an epoch's wait for its first
 #: batch) is at least this share of an epoch (that wait plus the first epoch's steps) get the same fix at the epoch
 #: boundary after the verdict: nothing else would be applied, and the start-up is a loss of the run that the fix
-#: removes whole (``persistent_workers=True`` pays it once more, then never). A fifth: the check then sees a mean step at least a quarter shorter, far outside the no-change band
-#: (thresholds.NO_CHANGE_BAND) and the 10-20% spread of steps here. Issue 29's worker_restart, whose 0.4 s start-up
+#: removes whole (``persistent_workers=True`` pays it once more, then never). A fifth: the check then sees a mean
+#: step at least a fifth shorter (1.25x), outside the no-change band (thresholds.NO_CHANGE_BAND) and, over an
+#: epoch's steps, the 10-20% spread of single steps here. Issue 29's worker_restart, whose 0.4 s start-up
 #: is about its 80 steps' time on a slow VM: one fit in four fell under RESTART_SHARE_MIN at the first epoch and was
 #: left untouched (6.01 s against 1.42-1.60 s for the three switched, twenty-eighth session).
 RESTART_SHARE_AFTER_VERDICT = 0.2
@@ -112,7 +113,7 @@ class Choice(NamedTuple):
     for one epoch once it is kept (None: none; the worker count the probe left to the run, :func:`alternative`);
     and whether it is switched, checked and kept or undone within the running epoch (``in_epoch``: the fit has
     fewer than :data:`MIN_EPOCHS_LEFT` epochs left, see :data:`MIN_STEPS_AFTER_CHECK`); and what it rests on
-    (``basis``: the verdict's measured advice, or the first epoch's worker start-up: :func:`restart_fix`)."""
+    (``basis``: the verdict's measured advice, or the workers' start-up: :func:`restart_fix`)."""
 
     settings: dict[str, Any] | None
     reason: str = ""
@@ -208,9 +209,10 @@ def race(first_ms: list[float], second_ms: list[float]) -> RaceResult:
 
 
 def restart_bound(start_ms: float, epoch_steps_ms: float, share: float = RESTART_SHARE_MIN) -> bool:
-    """Whether the first epoch's wait for its first batch (``start_ms``: the workers' start-up) is at least
-    ``share`` of that epoch (the wait plus its steps: :data:`RESTART_SHARE_MIN` before the verdict,
-    :data:`RESTART_SHARE_AFTER_VERDICT` once it had nothing measured to apply) and above the stall floor
+    """Whether the workers' start-up (``start_ms``: an epoch's wait for its first batch) is at least ``share`` of
+    an epoch (the wait plus the first epoch's steps, ``epoch_steps_ms``; ``share``: :data:`RESTART_SHARE_MIN`
+    before the verdict, :data:`RESTART_SHARE_AFTER_VERDICT` once it had nothing measured to apply) and above the
+    stall floor
     (:data:`~lightning_bottleneck.thresholds.EPOCH_STALL_MIN_MS`). The caller checks that the workers restart."""
     if start_ms < EPOCH_STALL_MIN_MS or epoch_steps_ms < 0:
         return False
