@@ -24,7 +24,7 @@ import torch
 from lightning.pytorch.utilities.combined_loader import CombinedLoader
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, get_worker_info
 
 from lightning_bottleneck import BottleneckCallback
 from lightning_bottleneck.advice.autotune import keep_line
@@ -164,11 +164,12 @@ def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
         "num_workers": workers,
         "persistent_workers": False,
     }
-    # in-process loading has no read-ahead: the switch is made mid-epoch, the sampler's position kept (unless the
-    # mid-run verdict came at an epoch's last batch); a loader with workers has indices queued ahead: at the next
-    # epoch boundary
+    # the switch is made mid-epoch, the sampler's position kept (unless the mid-run verdict came at an epoch's last
+    # batch, or, with one worker, every batch of the epoch was already given to it): at the next epoch boundary
     steps_per_epoch = len(data) // 4
-    assert record.mid_epoch is (workers == 0 and record.applied_at_step % steps_per_epoch != 0), record
+    inside = record.applied_at_step % steps_per_epoch != 0
+    # with one worker, at the boundary where every batch of the epoch was already given to it
+    assert record.mid_epoch is inside if workers == 0 else (inside or not record.mid_epoch), record
     assert record.applied_at_step is not None and record.applied_at_epoch is not None
     assert record.steps_after >= MIN_CONFIRM_STEPS - 1 and record.speedup and record.speedup > 1.2
     assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
@@ -278,18 +279,78 @@ def test_a_slower_setting_in_the_last_epoch_is_undone_mid_epoch_exactly(tmp_path
     assert f"switched back after step {record.undone_at_step} (mid-epoch, in epoch 0" in line, line
 
 
-def test_a_one_epoch_fit_whose_workers_read_ahead_is_told_why_nothing_applies(
+class Crowded(Indexed):
+    """A worker's sleep grows with the square of the worker count (``in_worker_s`` for one worker): workers that
+    contend for one resource, each slower than one alone; more of them load slower."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        info = get_worker_info()
+        if info is not None:
+            time.sleep(self.in_worker_s * (info.num_workers**2 - 1))
+        return super().__getitem__(i)
+
+
+def _one_worker(data: Dataset) -> Any:
+    def loader() -> DataLoader:
+        g = torch.Generator().manual_seed(7)
+        return DataLoader(data, batch_size=4, shuffle=True, generator=g, num_workers=1)
+
+    return loader
+
+
+@pytest.mark.parametrize("epochs", [1, 2], ids=["one-epoch", "two-epochs"])
+def test_a_loader_with_workers_is_switched_mid_epoch_and_keeps_its_order(
+    tmp_path: Path, forced: None, epochs: int, one_intra_op_thread: None
+) -> None:
+    # 100 steps an epoch; one worker loads a batch in 16 ms, two persistent workers two at once. Too few epochs to
+    # check at a boundary: the switch is made mid-epoch, the batches the one worker was given delivered first,
+    # then the rest of the sampler by the new workers, and checked within the epoch. "two-epochs": the epoch after
+    # draws its order from the generator as without autotune (the one worker drew RandomSampler's tail permutation)
+    data = Indexed(n=400, in_worker_s=0.004)
+    plain, _, _ = _fit(tmp_path, False, _one_worker(data), epochs=epochs)
+    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data), epochs=epochs)
+    record = cb.report.autotune
+    assert record is not None and record.status == KEPT and record.mid_epoch, record
+    assert record.previous == {"num_workers": 1, "persistent_workers": False}, record
+    assert record.applied_at_epoch == 0 and record.decided_at_step is not None, record
+    assert record.decided_at_step - record.applied_at_step == MIN_CONFIRM_STEPS + 1, record
+    assert record.speedup is not None and record.speedup > 1.2, record
+    assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
+    assert tuned.seen == plain.seen and len(tuned.seen) == 100 * epochs  # the exact sequence, across the switch
+    assert "mid-epoch epoch 0" in autotune_line(record), autotune_line(record)
+
+
+def test_a_slower_setting_for_a_loader_with_workers_is_undone_mid_epoch_to_its_own_workers(
+    tmp_path: Path, forced: None, one_intra_op_thread: None
+) -> None:
+    # two epochs of 100 steps; one worker loads a batch in 16 ms, two of them 64 ms each (Crowded): the switch in
+    # epoch 0 is checked within it, slower, and taken back to the user's one worker where the fit is: the batches
+    # the two workers drew ahead first, then the rest of the sampler; the epoch after runs the user's loader
+    data = Crowded(n=400, in_worker_s=0.004)
+    plain, _, _ = _fit(tmp_path, False, _one_worker(data), epochs=2)
+    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data), epochs=2)
+    record = cb.report.autotune
+    assert record is not None and record.status == UNDONE and record.mid_epoch, record
+    assert record.undone_at_epoch == 0 and record.undone_at_step == record.decided_at_step, record
+    assert record.step_ratio is not None and record.step_ratio > 1.0, record
+    assert tuned.seen == plain.seen and len(tuned.seen) == 200  # across the switch, the undo and the epoch after
+    tuner = cb._run.autotune
+    assert trainer.train_dataloader is tuner.originals[0] and trainer.train_dataloader.num_workers == 1
+    assert tuner.replaced[0]._iterator is None  # the persistent workers it started were shut down
+
+
+def test_a_one_epoch_fit_whose_sampler_position_cannot_be_kept_is_told_why_nothing_applies(
     tmp_path: Path, forced: None
 ) -> None:
     data = Indexed(n=800, in_worker_s=0.002)  # 200 steps of 8 ms: the mid-run verdict comes within the epoch
 
-    def loader() -> DataLoader:
-        return DataLoader(data, batch_size=4, shuffle=True, num_workers=1)
+    def loader() -> DataLoader:  # a batch sampler of the user's: no automatic batching to re-batch the rest
+        return DataLoader(data, batch_sampler=BatchSampler(RandomSampler(data), 4, False), num_workers=1)
 
     _, trainer, cb = _fit(tmp_path, True, loader, epochs=1)
     record = cb.report.autotune
     assert record is not None and record.status == NOT_APPLIED, record
-    assert "workers read ahead" in record.reason and "0 epoch(s) left" in record.reason, record.reason
+    assert "cannot be kept mid-epoch" in record.reason and "0 epoch(s) left" in record.reason, record.reason
     assert trainer.train_dataloader.num_workers == 1
 
 
@@ -613,10 +674,13 @@ def test_ddp_workers_restarting_every_epoch_get_rank_zeros_fix_on_both_ranks(tmp
     assert zero["startup_ms"] is not None and zero["startup_ms"] >= 150  # rank zero's own figures
 
 
-def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path) -> None:
-    zero, one = _ddp_records(tmp_path, "autotune_epoch")
+@pytest.mark.parametrize("mode", ["autotune_epoch", "autotune_epoch_workers"], ids=["in-process", "one-worker"])
+def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path, mode: str) -> None:
+    zero, one = _ddp_records(tmp_path, mode)
+    assert zero["previous"]["num_workers"] == one["previous"]["num_workers"] == (mode != "autotune_epoch")
     # one epoch of 160 steps: switched mid-epoch on both ranks at the same step, checked within the epoch at the same
-    # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch, two workers ~2x
+    # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch (in-process or in one
+    # worker), two workers ~2x
     assert zero["mid_epoch"] and one["mid_epoch"], (zero, one)
     assert zero["applied_at_step"] == one["applied_at_step"] is not None
     assert (

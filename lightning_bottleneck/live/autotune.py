@@ -77,6 +77,7 @@ from lightning_bottleneck.live.autotune_steps import (
 )
 from lightning_bottleneck.live.loader_switch import (
     can_switch_mid_epoch,
+    continue_epoch,
     draws_every_epoch,
     eligible,
     epoch_batches,
@@ -85,6 +86,7 @@ from lightning_bottleneck.live.loader_switch import (
     rest_of_epoch,
     shutdown_iterator,
     shutdown_workers,
+    uncut,
 )
 from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.output.autotune import autotune_line, settings_text
@@ -324,6 +326,7 @@ class Autotuner:
         originals = list(combined.flattened)
         batches = epoch_batches(combined)
         rest: list[tuple[int, Any]] = []
+        running: list[Any] = []
         finishing: list[tuple[int, Any]] = []  # (position, the loader that finishes the epoch)
         try:
             # a loader that already has the settings (one without workers, under the restart fix) stays as it is
@@ -338,20 +341,24 @@ class Autotuner:
                 for i, (dl, new) in enumerate(zip(originals, replaced)):
                     if new is not dl:
                         finish = rest_of_epoch(dl, running[i], settings)
+                        finishing.append((i, finish))
                         if not draws_every_epoch(finish):  # its workers persist: it is the loader from now on
                             replaced[i] = finish
                         rest.append((i, iter(finish)))
-                        finishing.append((i, finish))
             combined.flattened = replaced
         except Exception as err:
             for _, it in rest:
                 shutdown_iterator(it)
+            for i, finish in finishing:  # the running iterators get their sampler position back
+                with contextlib.suppress(Exception):
+                    uncut(running[i], finish)
             self._not_applied(
                 f"Lightning could not re-create the train DataLoader ({type(err).__name__}: {err})"
             )
             return
-        for i, it in rest:  # from the next batch on, the rest of this epoch's batches come from the workers
-            combined._iterator.iterators[i] = it
+        for i, it in rest:  # from the next batch on, the rest of this epoch comes from the new setting
+            running[i] = continue_epoch(running[i], it)
+        rest = [(i, running[i]) for i, _ in rest]
         # the loaders that only finish this epoch: their workers end with it (a persistent one goes on)
         self.rest_of_epoch = [it for i, it in rest if draws_every_epoch(replaced[i])]
         self.originals, self.replaced = originals, replaced

@@ -74,8 +74,11 @@ def cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
             f"the fit has {max(epochs_left(trainer, length) or 0, 0)} epoch(s) left after epoch "
             f"{trainer.current_epoch}, too few to apply a setting at an epoch boundary and check it"
         )
-        if not can_switch_mid_epoch(trainer, {"num_workers": 1}):
-            return f"{few}, and its train loader's workers read ahead: the position in the sampler is not kept mid-epoch"
+        if not can_switch_mid_epoch(trainer, None):
+            return (
+                f"{few}, and its train loader's position in the sampler cannot be kept mid-epoch (a custom batch "
+                "sampler, arguments Lightning did not capture by name, or fewer than one batch left to queue)"
+            )
         room = steps_left_in_epoch(trainer, length)
         need = CLEAN_BEFORE_STEPS + MIN_CONFIRM_STEPS + MIN_STEPS_AFTER_CHECK
         if room is None or room < need:

@@ -25,6 +25,7 @@ __all__ = [
     "SameDraws",
     "back_in_process",
     "can_switch_mid_epoch",
+    "continue_epoch",
     "draws_every_epoch",
     "eligible",
     "epoch_batches",
@@ -33,6 +34,7 @@ __all__ = [
     "rest_of_epoch",
     "shutdown_iterator",
     "shutdown_workers",
+    "uncut",
 ]
 
 
@@ -160,14 +162,16 @@ READ_AHEAD_SLACK = 16
 
 
 class _Remaining(Sampler):
-    """The batches of index lists the running in-process iterator has not fetched yet: exactly ``left`` of them,
-    taken from its own batch sampler iterator (never asked one more time: that would run ``RandomSampler``'s tail
-    draw, which in-process loading under Lightning never does). It counts the batches it handed out and keeps the
-    last ``keep`` of them: those a worker iterator drew ahead of the fit (:func:`back_in_process`)."""
+    """The batches of index lists the running iterator has not fetched (in-process) or sent to its workers yet:
+    exactly ``left`` of them, taken from its own batch sampler iterator. ``exhaust``: then asked once more, as the
+    workers of the loader it continues would have asked (``RandomSampler``'s tail draw, which in-process loading
+    under Lightning never makes). It counts the batches it handed out and keeps the last ``keep`` of them: those a
+    worker iterator drew ahead of the fit (:func:`back_in_process`)."""
 
-    def __init__(self, batches: Iterator[Any], left: int, keep: int = 0) -> None:
+    def __init__(self, batches: Iterator[Any], left: int, keep: int = 0, exhaust: bool = False) -> None:
         self.batches = batches
         self.left = left
+        self.exhaust = exhaust
         self.handed = 0
         self.recent: deque[Any] = deque(maxlen=keep)
 
@@ -180,9 +184,50 @@ class _Remaining(Sampler):
             self.handed += 1
             self.recent.append(batch)
             yield batch
+        if self.exhaust:
+            next(self.batches, None)
 
     def __len__(self) -> int:
         return self.left
+
+    def handed_back(self) -> list[Any]:
+        """The batches handed out so far, in order (all of them must still be kept)."""
+        if self.handed > len(self.recent):
+            raise RuntimeError(f"{self.handed} batches handed out, {len(self.recent)} kept")
+        return list(self.recent)[len(self.recent) - self.handed :] if self.handed else []
+
+
+class _Drain:
+    """The fit loop's iterator for a loader switched mid-epoch from a worker iterator (``old``): first the
+    ``left`` batches ``old``'s workers were given before the switch, in their order, then ``new``'s (the rest of
+    the sampler). ``old``'s workers stop after its last batch; ``new``'s start at the switch, so their start-up
+    overlaps the batches ``old`` still delivers."""
+
+    def __init__(self, old: Any, left: int, new: Iterator[Any]) -> None:
+        self.old, self.left, self.new = old, left, new
+        if left <= 0:
+            shutdown_iterator(old)
+
+    def __iter__(self) -> _Drain:
+        return self
+
+    def __next__(self) -> Any:
+        if self.left > 0:
+            try:
+                batch = next(self.old)
+            except StopIteration:  # not expected (every batch sent is delivered): go on with the rest
+                self.left = 0
+                shutdown_iterator(self.old)
+                return next(self.new)
+            self.left -= 1
+            if self.left == 0:
+                shutdown_iterator(self.old)
+            return batch
+        return next(self.new)
+
+    def _shutdown_workers(self) -> None:
+        shutdown_iterator(self.old)
+        shutdown_iterator(self.new)
 
 
 class _RestThenEpochs(Sampler):
@@ -209,60 +254,107 @@ class _RestThenEpochs(Sampler):
             set_epoch(epoch)
 
 
-def can_switch_mid_epoch(trainer: Any, settings: dict[str, Any]) -> bool:
-    """The running epoch's loaders that would change load in-process (no read-ahead: the position in the sampler
-    is the batches fetched) with automatic batching, and the fit loop's iterator holds their iterators."""
-    from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
+def _queued(it: Any) -> int | None:
+    """Where the running iterator ``it`` is in its sampler: the batches it fetched (in-process) or sent to its
+    workers; None where that is not known exactly (an iterator of another kind, or workers that persist)."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
 
+    if isinstance(it, _SingleProcessDataLoaderIter):
+        return int(it._num_yielded)
+    if isinstance(it, _MultiProcessingDataLoaderIter) and not it._persistent_workers:
+        return int(it._send_idx)
+    return None
+
+
+def can_switch_mid_epoch(trainer: Any, settings: dict[str, Any] | None) -> bool:
+    """The running epoch's loaders that would change (``settings``; None: any loader autotune may change) use
+    automatic batching, and the fit loop's iterator holds their iterators, each at a known position in its
+    sampler: loading in-process (the batches fetched) or by workers that do not persist (the batches sent to them:
+    those are delivered first, then the rest of the sampler by the new setting, :func:`rest_of_epoch`)."""
     combined = getattr(trainer.fit_loop, "_combined_loader", None)
     running = getattr(getattr(combined, "_iterator", None), "iterators", None)
     if combined is None or not running or len(running) != len(combined.flattened):
         return False
-    if int(settings.get("num_workers", 0)) == 0:
-        return False  # nothing to gain before the next epoch from in-process loading
     batches = epoch_batches(combined)
     found = False
     for dl, it in zip(combined.flattened, running):
-        if not eligible(dl, batches):
+        if not eligible(dl, batches) or (settings is not None and loader_settings(dl, settings) == settings):
             continue
+        queued = _queued(it)
         if (
-            dl.num_workers != 0
-            or not isinstance(it, _SingleProcessDataLoaderIter)
+            queued is None
+            or (dl.num_workers > 0) != (getattr(it, "_num_workers", 0) > 0)
             or dl.batch_size is None
             or set(getattr(dl, "__pl_saved_arg_names", ())) - {"dataset"}
-            or len(dl) - it._num_yielded < 1
+            or len(dl) - queued < 1
         ):
             return False
+        if settings is not None and int(settings.get("num_workers", dl.num_workers)) == dl.num_workers == 0:
+            return False  # nothing to gain before the next epoch from in-process loading
         found = True
     return found
 
 
 def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> DataLoader:
     """A loader for the rest of the running epoch with ``settings``: Lightning's captured arguments of ``dl`` with,
-    as its batch sampler, the index batches ``running`` (in-process) has not fetched; its workers' base seed comes
-    from a generator of its own seeded with ``running``'s, so the user's generator (or torch's global one) draws
-    nothing the run without autotune would not.
+    as its batch sampler, the index batches ``running`` has not fetched (in-process) or sent to its workers (whose
+    sampler iterator is cut here: they deliver what they were given, :func:`continue_epoch`); its workers' base
+    seed comes from a generator of its own seeded with ``running``'s, so the user's generator (or torch's global
+    one) draws nothing the run without autotune would not.
 
     With persistent workers in ``settings`` it is also the loader of the epochs after (:class:`_RestThenEpochs`:
     whole epochs of ``dl``'s own sampler, each drawing what a new iterator of ``dl`` would have drawn), so its
     workers start once, at the switch, and not again at the next epoch boundary (issue 29's io_wait: a second
     start-up of 8 workers there, ~0.12 s of a 4.6 s autotuned fit). Without, its workers end with the epoch.
-    Its read-ahead is kept: :func:`back_in_process` can take the epoch back in process exactly."""
-    left = len(dl) - running._num_yielded
+    Its read-ahead is kept: :func:`back_in_process` can take the epoch back exactly; :func:`uncut` undoes this
+    before its batches are taken."""
+    queued = _queued(running)
+    if queued is None:
+        raise RuntimeError(f"the position of a {type(running).__name__} in its sampler is not known")
+    from_workers = dl.num_workers > 0
+    left = len(dl) - queued
     workers = int(settings.get("num_workers", dl.num_workers))
     persistent = bool(settings.get("persistent_workers", False)) and workers > 0
     # a worker iterator draws at most prefetch_factor batches a worker ahead of what it yielded: kept with room
     ahead = int(settings.get("prefetch_factor") or 2) * max(workers, 1)
-    rest = _Remaining(running._sampler_iter, left, keep=4 * ahead + READ_AHEAD_SLACK)
+    rest = _Remaining(running._sampler_iter, left, keep=4 * ahead + READ_AHEAD_SLACK, exhaust=from_workers)
+    if from_workers:  # its workers get nothing more: what they were given comes first (continue_epoch)
+        running._sampler_iter = iter(())
     batches: Sampler = rest
     if persistent and dl.batch_size is not None:
-        # in-process loading before, workers after: the sampler stops at its last index (tail=False), and every
-        # whole epoch makes the base-seed draw that a new iterator of ``dl`` would (started=1)
-        draws = SameDraws(dl.sampler, dl.generator, reused_draw=True, tail=False, started=1)
+        # every whole epoch after makes the base-seed draw that a new iterator of ``dl`` would (started=1); from
+        # in-process loading, the sampler stops at its last index as it did (tail=False)
+        draws = SameDraws(
+            dl.sampler, dl.generator, reused_draw=True, tail=None if from_workers else False, started=1
+        )
         batches = _RestThenEpochs(rest, BatchSampler(draws, dl.batch_size, dl.drop_last))
     else:
         persistent = False
     return _over(dl, batches, running._base_seed, workers, persistent, settings)
+
+
+def _rest(finish: DataLoader) -> _Remaining:
+    sampler = finish.batch_sampler
+    if isinstance(sampler, _RestThenEpochs):
+        sampler = sampler.rest
+    if not isinstance(sampler, _Remaining):
+        raise RuntimeError("not a loader that finishes a switched epoch")
+    return sampler
+
+
+def continue_epoch(running: Any, new: Iterator[Any]) -> Iterator[Any]:
+    """The iterator that goes on from ``running`` after :func:`rest_of_epoch`: ``new`` (an iterator of the loader
+    it returned), after the batches ``running``'s workers were given and have not delivered yet."""
+    if getattr(running, "_num_workers", 0) > 0:
+        return _Drain(running, int(running._send_idx) - int(running._num_yielded), new)
+    return new
+
+
+def uncut(running: Any, finish: DataLoader) -> None:
+    """Undo :func:`rest_of_epoch` before the fit took any batch of ``finish``: ``running`` gets its sampler
+    iterator back, with the batches ``finish``'s iterator drew from it first."""
+    rest = _rest(finish)
+    running._sampler_iter = itertools.chain(rest.handed_back(), rest.batches)
 
 
 def _over(
@@ -292,25 +384,28 @@ def _over(
 
 
 def back_in_process(dl: DataLoader, running: Any, finish: DataLoader) -> DataLoader:
-    """The user's in-process loader ``dl`` again, mid-epoch, after :func:`rest_of_epoch` switched its epoch to
-    ``finish`` (whose worker iterator ``running`` is still in that epoch): its batch sampler is the batches the
-    workers drew and the fit has not taken (``running`` yields them in order: the first ``_num_yielded`` of those
-    handed out were taken), then the rest of the original sampler iterator. The sequence of samples is the one
-    without autotune; the caller shuts ``running``'s workers down."""
+    """The user's loader ``dl`` again, mid-epoch, after :func:`rest_of_epoch` switched its epoch to ``finish``
+    (whose iterator ``running``, as the fit loop holds it, is still in that epoch): its batch sampler is the
+    batches ``finish``'s workers drew and the fit has not taken (yielded in order: the first ``_num_yielded`` of
+    those handed out were taken), then the rest of the original sampler iterator; ``dl``'s own worker settings
+    (not persistent: :func:`eligible`). The sequence of samples is the one without autotune; the caller shuts
+    ``running``'s workers down. Raises where the batches queued before the switch are not all taken yet."""
+    if isinstance(running, _Drain):
+        if running.left > 0:
+            raise RuntimeError(f"{running.left} batches queued before the switch are not taken yet")
+        running = running.new
     sampler = finish.batch_sampler
-    if isinstance(sampler, _RestThenEpochs):
-        if sampler.started != 1:
-            raise RuntimeError("the switched epoch is over: its position cannot be taken back mid-epoch")
-        sampler = sampler.rest
-    if not isinstance(sampler, _Remaining):
-        raise RuntimeError("not a loader that finishes a switched epoch")
+    if isinstance(sampler, _RestThenEpochs) and sampler.started != 1:
+        raise RuntimeError("the switched epoch is over: its position cannot be taken back mid-epoch")
+    rest = _rest(finish)
     taken = int(running._num_yielded)
-    pending = sampler.handed - taken
-    if pending < 0 or pending > len(sampler.recent):
-        raise RuntimeError(f"{pending} batches drawn ahead, {len(sampler.recent)} kept")
-    drawn = list(sampler.recent)[len(sampler.recent) - pending :] if pending else []
-    batches = _Remaining(itertools.chain(drawn, sampler.batches), sampler.left - taken)
-    return _over(dl, batches, running._base_seed, 0, False, {"pin_memory": dl.pin_memory})
+    pending = rest.handed - taken
+    if pending < 0 or pending > len(rest.recent):
+        raise RuntimeError(f"{pending} batches drawn ahead, {len(rest.recent)} kept")
+    drawn = list(rest.recent)[len(rest.recent) - pending :] if pending else []
+    batches = _Remaining(itertools.chain(drawn, rest.batches), rest.left - taken, exhaust=rest.exhaust)
+    own = {"prefetch_factor": dl.prefetch_factor, "pin_memory": dl.pin_memory}
+    return _over(dl, batches, running._base_seed, dl.num_workers, False, own)
 
 
 def shutdown_iterator(it: Any) -> None:

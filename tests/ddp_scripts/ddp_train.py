@@ -6,6 +6,7 @@
     python tests/ddp_scripts/ddp_train.py OUT_DIR midrun      # a longer run: the mid-run verdict on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune    # autotune: rank zero's choice, applied on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch   # the same in one epoch: checked within it
+    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch_workers   # the same from one worker a rank
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_restart   # workers restarted every epoch: the restart fix
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
@@ -120,7 +121,9 @@ def main(out_dir: str, mode: str) -> None:
         # 40 steps an epoch on each rank; rank zero's batches sleep 16 ms in-process (both ranks wait for them), so
         # two workers are ~2x (kept) and the race of three has the 20 steps it needs to be decided
         # one epoch: 160 steps on each rank, switched and checked within it
-        data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=1280 if mode == "autotune_epoch" else 320)
+        # (autotune_epoch_workers: one worker a rank loads them, the batches it was given delivered before the rest)
+        in_one = mode.startswith("autotune_epoch")
+        data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=1280 if in_one else 320)
         callback = BottleneckCallback(
             wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
             trial_budget_s=0, autotune=True,
@@ -134,7 +137,7 @@ def main(out_dir: str, mode: str) -> None:
         if mode == "comm"
         else ("ddp_spawn" if mode.startswith("spawn") else "ddp"),
         max_steps=30 if mode == "midrun" else -1 if mode.startswith("autotune") else 8,
-        max_epochs=1 if mode == "autotune_epoch" else 8 if mode in ("autotune", "autotune_restart") else None,
+        max_epochs=1 if mode.startswith("autotune_epoch") else 8 if mode in ("autotune", "autotune_restart") else None,
         default_root_dir=out_dir,
         callbacks=[callback],
         logger=False,
@@ -142,7 +145,12 @@ def main(out_dir: str, mode: str) -> None:
         enable_model_summary=False,
         enable_checkpointing=False,
     )
-    workers = {"num_workers": 2, "worker_init_fn": _slow_start} if mode == "autotune_restart" else {}
+    workers: dict[str, Any] = {}
+    if mode == "autotune_restart":
+        workers = {"num_workers": 2, "worker_init_fn": _slow_start}
+    elif mode == "autotune_epoch_workers":  # the rank is read in the worker: no process group there
+        data.slow_rank = 0 if int(os.environ.get("LOCAL_RANK", "0")) == 0 else -1
+        workers = {"num_workers": 1}
     trainer.fit(model, DataLoader(data, batch_size=4, **workers))
     if mode.startswith("autotune"):
         import json
