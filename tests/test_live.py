@@ -405,6 +405,13 @@ def test_automatic_budgets_spare_a_short_fit(tmp_path: Path, monkeypatch: pytest
     notes.clear()
     assert MeasureOptions().resolved(None, notes).compile_budget_s == 120.0 and not notes
     assert projected_run_s(None, None) is None
+    # two workers that deliver together: every other step waits 48 ms for both batches, the next finds its batch
+    # ready (2 ms); the fit takes 25 ms a step, which the median of a few steps (2 ms here) does not say
+    from lightning_bottleneck.evidence import RunLength, TimingStats
+
+    pairs = [48.0, 2.0, 2.0, 48.0, 2.0, 48.0, 2.0]
+    projected = projected_run_s(RunLength(1000, 100, 10), TimingStats(len(pairs), pairs, [0.0] * 7, [], 16.0))
+    assert projected is not None and 20.0 <= projected <= 30.0, projected
     # the loader probe may also take AUTO_LOADER_STAKE_SHARE of what loading costs the fit: a 20 s fit that waits
     # 18 s is probed for 1.8 s (its 1% pool, 0.2 s, is under the minimum), and leaves nothing to the trials
     waiting = MeasureOptions().resolved(20.0, notes, loading_s=18.0)

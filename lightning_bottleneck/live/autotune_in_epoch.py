@@ -6,7 +6,7 @@ The switch is the mid-epoch one (:func:`~lightning_bottleneck.live.loader_switch
 batches the running iterator has not fetched, or not given to its workers, loaded with the new setting); the check
 comes :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps later, at a batch end inside the same
 epoch, on every rank at the same step. Undone, every switched loader goes back to the user's own setting exactly
-where the fit is (:func:`~lightning_bottleneck.live.loader_switch.back_in_process`: the batches the new workers
+where the fit is (:func:`~lightning_bottleneck.live.loader_switch.back_to_own_setting`: the batches the new workers
 drew ahead and the fit did not take, then the rest of the sampler), and the new workers are shut down; the user's
 loaders are the fit loop's again for any epoch after.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_bottleneck.live.loader_switch import back_in_process, shutdown_iterator
+from lightning_bottleneck.live.loader_switch import back_to_own_setting, shutdown_iterator
 
 if TYPE_CHECKING:  # the state machine that calls this (live/autotune.py imports this module)
     from lightning_bottleneck.live.autotune import Autotuner
@@ -30,7 +30,8 @@ def undo_in_epoch(tuner: Autotuner, trainer: Any) -> None:
     down the persistent workers, as at an epoch boundary."""
     iterators = trainer.fit_loop._combined_loader._iterator.iterators
     back = [
-        (i, iter(back_in_process(tuner.originals[i], iterators[i], finish))) for i, finish in tuner.switched
+        (i, iter(back_to_own_setting(tuner.originals[i], iterators[i], finish)))
+        for i, finish in tuner.switched
     ]
     for i, it in back:
         shutdown_iterator(iterators[i])

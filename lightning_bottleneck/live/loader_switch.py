@@ -23,7 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
 
 __all__ = [
     "SameDraws",
-    "back_in_process",
+    "back_to_own_setting",
     "can_switch_mid_epoch",
     "continue_epoch",
     "draws_every_epoch",
@@ -166,7 +166,7 @@ class _Remaining(Sampler):
     exactly ``left`` of them, taken from its own batch sampler iterator. ``exhaust``: then asked once more, as the
     workers of the loader it continues would have asked (``RandomSampler``'s tail draw, which in-process loading
     under Lightning never makes). It counts the batches it handed out and keeps the last ``keep`` of them: those a
-    worker iterator drew ahead of the fit (:func:`back_in_process`)."""
+    worker iterator drew ahead of the fit (:func:`back_to_own_setting`)."""
 
     def __init__(self, batches: Iterator[Any], left: int, keep: int = 0, exhaust: bool = False) -> None:
         self.batches = batches
@@ -306,7 +306,7 @@ def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> Dat
     whole epochs of ``dl``'s own sampler, each drawing what a new iterator of ``dl`` would have drawn), so its
     workers start once, at the switch, and not again at the next epoch boundary (issue 29's io_wait: a second
     start-up of 8 workers there, ~0.12 s of a 4.6 s autotuned fit). Without, its workers end with the epoch.
-    Its read-ahead is kept: :func:`back_in_process` can take the epoch back exactly; :func:`uncut` undoes this
+    Its read-ahead is kept: :func:`back_to_own_setting` can take the epoch back exactly; :func:`uncut` undoes this
     before its batches are taken."""
     queued = _queued(running)
     if queued is None:
@@ -383,7 +383,7 @@ def _over(
     return new
 
 
-def back_in_process(dl: DataLoader, running: Any, finish: DataLoader) -> DataLoader:
+def back_to_own_setting(dl: DataLoader, running: Any, finish: DataLoader) -> DataLoader:
     """The user's loader ``dl`` again, mid-epoch, after :func:`rest_of_epoch` switched its epoch to ``finish``
     (whose iterator ``running``, as the fit loop holds it, is still in that epoch): its batch sampler is the
     batches ``finish``'s workers drew and the fit has not taken (yielded in order: the first ``_num_yielded`` of

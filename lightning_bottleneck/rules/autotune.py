@@ -81,7 +81,7 @@ LARGE_GAIN_MIN = 2.0
 MIN_EPOCHS_LEFT = 2
 #: A fit with fewer epochs left than MIN_EPOCHS_LEFT (one long epoch, or ``max_steps`` inside the first) is switched
 #: mid-epoch, where its sampler's position is kept, and checked MIN_CONFIRM_STEPS steps later inside that epoch
-#: (undone there exactly: live/loader_switch.back_in_process); only when the epoch still runs at least this many
+#: (undone there exactly: live/loader_switch.back_to_own_setting); only when the epoch still runs at least this many
 #: steps after the check. The same count as the check: a setting the fit would run only a few steps after its
 #: check could not pay back the steps it was checked on (an undone setting costs up to MIN_CONFIRM_STEPS slow
 #: steps; a kept one gains over the check's steps and these).
