@@ -316,7 +316,8 @@ def test_a_loader_with_workers_is_switched_mid_epoch_and_keeps_its_order(
     assert record.decided_at_step - record.applied_at_step == MIN_CONFIRM_STEPS + 1, record
     assert record.speedup is not None and record.speedup > 1.2, record
     assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
-    assert tuned.seen == plain.seen and len(tuned.seen) == 100 * epochs  # the exact sequence, across the switch
+    # the exact sequence of sample indices, across the switch
+    assert tuned.seen == plain.seen and len(tuned.seen) == 100 * epochs
     assert "mid-epoch epoch 0" in autotune_line(record), autotune_line(record)
 
 
@@ -333,7 +334,8 @@ def test_a_slower_setting_for_a_loader_with_workers_is_undone_mid_epoch_to_its_o
     assert record is not None and record.status == UNDONE and record.mid_epoch, record
     assert record.undone_at_epoch == 0 and record.undone_at_step == record.decided_at_step, record
     assert record.step_ratio is not None and record.step_ratio > 1.0, record
-    assert tuned.seen == plain.seen and len(tuned.seen) == 200  # across the switch, the undo and the epoch after
+    # the exact sequence across the switch, the undo and the epoch after
+    assert tuned.seen == plain.seen and len(tuned.seen) == 200
     tuner = cb._run.autotune
     assert trainer.train_dataloader is tuner.originals[0] and trainer.train_dataloader.num_workers == 1
     assert tuner.replaced[0]._iterator is None  # the persistent workers it started were shut down
@@ -674,7 +676,7 @@ def test_ddp_workers_restarting_every_epoch_get_rank_zeros_fix_on_both_ranks(tmp
     assert zero["startup_ms"] is not None and zero["startup_ms"] >= 150  # rank zero's own figures
 
 
-@pytest.mark.parametrize("mode", ["autotune_epoch", "autotune_epoch_workers"], ids=["in-process", "one-worker"])
+@pytest.mark.parametrize("mode", ["autotune_epoch", "autotune_epoch_workers"], ids=["in-process", "worker"])
 def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path, mode: str) -> None:
     zero, one = _ddp_records(tmp_path, mode)
     assert zero["previous"]["num_workers"] == one["previous"]["num_workers"] == (mode != "autotune_epoch")

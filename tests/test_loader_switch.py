@@ -48,11 +48,13 @@ def test_a_loader_with_workers_switched_mid_epoch_keeps_its_batches_and_its_gene
     settings: dict[str, Any], taken: int
 ) -> None:
     plain = _loader(1)
-    expected = _epoch(plain) + _epoch(plain)  # two epochs: the second's order comes from the generator after the first
+    # two epochs: the second's order comes from the generator after the first
+    expected = _epoch(plain) + _epoch(plain)
 
     dl = _loader(1)
     running = iter(dl)
-    seen = [next(running).tolist() for _ in range(taken)]  # the one worker has been given a few more than these
+    # the one worker has been given a few more batches than these
+    seen = [next(running).tolist() for _ in range(taken)]
     assert running._send_idx > taken
     finish = rest_of_epoch(dl, running, settings)
     rest = continue_epoch(running, iter(finish))
@@ -63,7 +65,8 @@ def test_a_loader_with_workers_switched_mid_epoch_keeps_its_batches_and_its_gene
     seen += _epoch(finish if settings.get("persistent_workers") else dl)
     shutdown_iterator(getattr(finish, "_iterator", None))
     assert seen == expected
-    assert torch.equal(dl.generator.get_state(), plain.generator.get_state())  # RandomSampler's tail draw made
+    # RandomSampler's tail permutation was drawn, as the user's worker would have drawn it
+    assert torch.equal(dl.generator.get_state(), plain.generator.get_state())
 
 
 def test_a_switch_taken_back_before_its_batches_are_used_leaves_the_running_iterator_as_it_was() -> None:

@@ -73,6 +73,7 @@ def _slow_start(worker_id: int) -> None:
 
 
 def main(out_dir: str, mode: str) -> None:
+    in_one = mode.startswith("autotune_epoch")  # one epoch, switched and checked within it
     torch.manual_seed(0)
     if mode == "comm":
         model: pl.LightningModule = FrozenInPractice()
@@ -122,7 +123,6 @@ def main(out_dir: str, mode: str) -> None:
         # two workers are ~2x (kept) and the race of three has the 20 steps it needs to be decided
         # one epoch: 160 steps on each rank, switched and checked within it
         # (autotune_epoch_workers: one worker a rank loads them, the batches it was given delivered before the rest)
-        in_one = mode.startswith("autotune_epoch")
         data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=1280 if in_one else 320)
         callback = BottleneckCallback(
             wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
@@ -137,7 +137,7 @@ def main(out_dir: str, mode: str) -> None:
         if mode == "comm"
         else ("ddp_spawn" if mode.startswith("spawn") else "ddp"),
         max_steps=30 if mode == "midrun" else -1 if mode.startswith("autotune") else 8,
-        max_epochs=1 if mode.startswith("autotune_epoch") else 8 if mode in ("autotune", "autotune_restart") else None,
+        max_epochs=(1 if in_one else 8) if mode.startswith("autotune") else None,
         default_root_dir=out_dir,
         callbacks=[callback],
         logger=False,
