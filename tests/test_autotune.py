@@ -451,6 +451,36 @@ def test_a_datamodule_and_a_combined_loader_are_switched(tmp_path: Path, forced:
     assert tuned.seen == plain.seen
 
 
+def test_a_switch_that_fails_on_the_second_loader_leaves_the_first_where_it_was(
+    tmp_path: Path, forced: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two train loaders with one worker each, one epoch: the mid-epoch switch takes over the first loader's sampler
+    # iterator (its new workers already drew from it), then re-creating the second fails; the first gets its
+    # position back (loader_switch.uncut), nothing is applied, and the samples are those of the fit without autotune
+    import lightning_bottleneck.live.loader_switch as switch
+
+    data = Indexed(n=400, in_worker_s=0.001)
+
+    def combined() -> CombinedLoader:
+        return CombinedLoader({"a": _one_worker(data)(), "b": _one_worker(data)()}, "max_size_cycle")
+
+    plain, _, _ = _fit(tmp_path, False, combined, epochs=1)
+    real, calls = switch._over, []
+
+    def second_fails(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(switch, "_over", second_fails)
+    tuned, trainer, cb = _fit(tmp_path, True, combined, epochs=1)
+    record = cb.report.autotune
+    assert record is not None and record.status == NOT_APPLIED and "injected" in record.reason, record
+    assert len(calls) == 2 and tuned.seen == plain.seen and len(tuned.seen) == 100
+    assert all(dl.num_workers == 1 for dl in trainer.fit_loop._combined_loader.flattened)
+
+
 def test_default_reports_hold_no_autotune_and_a_short_fit_applies_nothing(tmp_path: Path) -> None:
     _, trainer, cb = _fit(tmp_path, False, lambda: _loader(Indexed(), True), epochs=2)
     assert cb.report.autotune is None and "autotune" not in cb.report.to_dict()

@@ -318,8 +318,6 @@ def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> Dat
     # a worker iterator draws at most prefetch_factor batches a worker ahead of what it yielded: kept with room
     ahead = int(settings.get("prefetch_factor") or 2) * max(workers, 1)
     rest = _Remaining(running._sampler_iter, left, keep=4 * ahead + READ_AHEAD_SLACK, exhaust=from_workers)
-    if from_workers:  # its workers get nothing more: what they were given comes first (continue_epoch)
-        running._sampler_iter = iter(())
     batches: Sampler = rest
     if persistent and dl.batch_size is not None:
         # every whole epoch after makes the base-seed draw that a new iterator of ``dl`` would (started=1); from
@@ -330,7 +328,10 @@ def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> Dat
         batches = _RestThenEpochs(rest, BatchSampler(draws, dl.batch_size, dl.drop_last))
     else:
         persistent = False
-    return _over(dl, batches, running._base_seed, workers, persistent, settings)
+    finish = _over(dl, batches, running._base_seed, workers, persistent, settings)
+    if from_workers:  # its workers get nothing more: what they were given comes first (continue_epoch)
+        running._sampler_iter = iter(())
+    return finish
 
 
 def _rest(finish: DataLoader) -> _Remaining:
