@@ -190,11 +190,11 @@ class _Remaining(Sampler):
     def __len__(self) -> int:
         return self.left
 
-    def handed_back(self) -> list[Any]:
-        """The batches handed out so far, in order (all of them must still be kept)."""
-        if self.handed > len(self.recent):
-            raise RuntimeError(f"{self.handed} batches handed out, {len(self.recent)} kept")
-        return list(self.recent)[len(self.recent) - self.handed :] if self.handed else []
+    def last(self, n: int) -> list[Any]:
+        """The last ``n`` batches handed out, in order (raises where fewer are kept)."""
+        if n < 0 or n > len(self.recent):
+            raise RuntimeError(f"{n} batches wanted back, {len(self.recent)} kept")
+        return list(self.recent)[len(self.recent) - n :] if n else []
 
 
 class _Drain:
@@ -355,7 +355,7 @@ def uncut(running: Any, finish: DataLoader) -> None:
     """Undo :func:`rest_of_epoch` before the fit took any batch of ``finish``: ``running`` gets its sampler
     iterator back, with the batches ``finish``'s iterator drew from it first."""
     rest = _rest(finish)
-    running._sampler_iter = itertools.chain(rest.handed_back(), rest.batches)
+    running._sampler_iter = itertools.chain(rest.last(rest.handed), rest.batches)
 
 
 def _over(
@@ -400,10 +400,7 @@ def back_to_own_setting(dl: DataLoader, running: Any, finish: DataLoader) -> Dat
         raise RuntimeError("the switched epoch is over: its position cannot be taken back mid-epoch")
     rest = _rest(finish)
     taken = int(running._num_yielded)
-    pending = rest.handed - taken
-    if pending < 0 or pending > len(rest.recent):
-        raise RuntimeError(f"{pending} batches drawn ahead, {len(rest.recent)} kept")
-    drawn = list(rest.recent)[len(rest.recent) - pending :] if pending else []
+    drawn = rest.last(rest.handed - taken)  # drawn ahead by the workers, not taken by the fit
     batches = _Remaining(itertools.chain(drawn, rest.batches), rest.left - taken, exhaust=rest.exhaust)
     own = {"prefetch_factor": dl.prefetch_factor, "pin_memory": dl.pin_memory}
     return _over(dl, batches, running._base_seed, dl.num_workers, False, own)
