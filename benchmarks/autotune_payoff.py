@@ -72,9 +72,15 @@ OWN_WORKLOADS = {
         what="each sample sleeps 3 ms (I/O), num_workers=2",
         loader={"batch_size": 16, "num_workers": 2},
     ),
+    "io_wait_persistent": dataclasses.replace(
+        WORKLOADS["io_wait"],
+        name="io_wait_persistent",
+        what="each sample sleeps 3 ms (I/O), num_workers=2, persistent_workers=True",
+        loader={"batch_size": 16, "num_workers": 2, "persistent_workers": True},
+    ),
 }
 #: Loading is the bottleneck: the recovery goal applies.
-INPUT_WORKLOADS = ("io_wait", "io_wait_workers", "cpu_transform", "worker_restart")
+INPUT_WORKLOADS = ("io_wait", "io_wait_workers", "io_wait_persistent", "cpu_transform", "worker_restart")
 #: Loading is not the bottleneck: the not-slower goal applies.
 OTHER_WORKLOADS = ("in_memory", "tiny_linear", "wide_mlp")
 RECOVERY_MIN = 0.8

@@ -25,6 +25,7 @@ from lightning.pytorch.utilities.combined_loader import CombinedLoader
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, get_worker_info
+from torch.utils.data.dataloader import default_collate
 
 from lightning_bottleneck import BottleneckCallback
 from lightning_bottleneck.advice.autotune import keep_line
@@ -38,6 +39,7 @@ from lightning_bottleneck.autotune_record import (
     AutotuneRecord,
 )
 from lightning_bottleneck.categories import Category
+from lightning_bottleneck.live.loader_switch import loader_settings
 from lightning_bottleneck.output.autotune import autotune_line
 from lightning_bottleneck.output.html import render_html
 from lightning_bottleneck.output.text import render_markdown, render_text
@@ -140,21 +142,29 @@ def _fit(
 
 # ---------------------------------------------------------------------------------------------- real fits
 @pytest.mark.parametrize(
-    "seeded, workers",
-    [(True, 0), (False, 0), (True, 1)],
-    ids=["in-process-own-generator", "in-process-global-rng", "one-worker-restarting"],
+    "seeded, workers, persistent",
+    [(True, 0, False), (False, 0, False), (True, 1, False), (False, 1, True)],
+    ids=[
+        "in-process-own-generator",
+        "in-process-global-rng",
+        "one-worker-restarting",
+        "one-worker-persisting-global-rng",
+    ],
 )
 def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
-    tmp_path: Path, forced: None, seeded: bool, workers: int, one_intra_op_thread: None
+    tmp_path: Path, forced: None, seeded: bool, workers: int, persistent: bool, one_intra_op_thread: None
 ) -> None:
     # 16 ms a batch in-process (or in one worker); two persistent workers load two batches at once. One intra-op
     # thread: with two beside the workers on the 2-core VM a step can wait on a descheduled thread for whole
-    # scheduler slices, and "one-worker-restarting" was once undone in CI (fourteenth session)
+    # scheduler slices, and "one-worker-restarting" was once undone in CI (fourteenth session). A worker that
+    # persists drew its base seed from the generator (or the global RNG) once: the loaders that replace it draw
+    # nothing there, and the order of every epoch after stays
     data = Indexed(in_process_s=0.004, in_worker_s=0.004)
 
     def loader() -> DataLoader:
         dl = _loader(data, seeded)
-        return DataLoader(data, batch_size=4, shuffle=True, generator=dl.generator, num_workers=workers)
+        return DataLoader(data, batch_size=4, shuffle=True, generator=dl.generator, num_workers=workers,
+                          persistent_workers=persistent)  # fmt: skip
 
     plain, _, _ = _fit(tmp_path, False, loader)
     tuned, trainer, cb = _fit(tmp_path, True, loader)
@@ -162,7 +172,7 @@ def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
     assert record is not None and record.status == KEPT, record
     assert record.settings == WORKERS and record.previous == {
         "num_workers": workers,
-        "persistent_workers": False,
+        "persistent_workers": persistent,
     }
     # the switch is made mid-epoch, the sampler's position kept (unless the mid-run verdict came at an epoch's last
     # batch, or, with one worker, every batch of the epoch was already given to it): at the next epoch boundary
@@ -180,6 +190,20 @@ def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
     # the loader advice measured before the switch is not given again at the end of fit
     assert _loader_advice(cb.midrun_report), cb.midrun_report.recommendations  # the mid-run verdict gave some
     assert not _loader_advice(cb.report) and any("DataLoader advice left out" in n for n in cb.report.notes)
+
+
+def test_a_partial_last_batch_keeps_the_order_of_every_epoch_after_the_switch(
+    tmp_path: Path, forced: None, one_intra_op_thread: None
+) -> None:
+    # 82 samples in batches of 4: the last batch of each epoch holds 2, and the BatchSampler exhausts the shuffling
+    # sampler to make it, in-process too (RandomSampler's tail permutation is drawn every epoch); the workers that
+    # replace in-process loading are asked for the same batches, so every epoch after draws the same order
+    data = Indexed(n=82, in_process_s=0.004, in_worker_s=0.004)
+    plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True), epochs=4)
+    tuned, _, cb = _fit(tmp_path, True, lambda: _loader(data, True), epochs=4)
+    record = cb.report.autotune
+    assert record is not None and record.status == KEPT and record.applied_at_epoch < 2, record
+    assert tuned.seen == plain.seen and len(tuned.seen) == 4 * 21
 
 
 class _MarkStart:
@@ -290,28 +314,56 @@ class Crowded(Indexed):
         return super().__getitem__(i)
 
 
-def _one_worker(data: Dataset) -> Any:
+class Whole(Dataset):
+    """Batches of four of ``data``'s samples, whole: a loader without batching of its own (``batch_size=None``)."""
+
+    def __init__(self, data: Indexed) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data) // 4
+
+    def __getitem__(self, i: int) -> Any:
+        return default_collate([self.data[j] for j in range(4 * i, 4 * i + 4)])
+
+
+def _one_worker(data: Dataset, persistent: bool = False, batches: bool = False) -> Any:
     def loader() -> DataLoader:
         g = torch.Generator().manual_seed(7)
-        return DataLoader(data, batch_size=4, shuffle=True, generator=g, num_workers=1)
+        if batches:  # a batch sampler of the user's
+            sampler = BatchSampler(RandomSampler(data, generator=g), 4, False)
+            return DataLoader(data, batch_sampler=sampler, num_workers=1, persistent_workers=persistent)
+        return DataLoader(
+            data, batch_size=4, shuffle=True, generator=g, num_workers=1, persistent_workers=persistent
+        )
 
     return loader
 
 
-@pytest.mark.parametrize("epochs", [1, 2], ids=["one-epoch", "two-epochs"])
+@pytest.mark.parametrize(
+    ("epochs", "persistent", "batches"),
+    [(1, False, False), (2, False, False), (1, False, True), (2, True, True)],
+    ids=[
+        "one-epoch",
+        "two-epochs",
+        "one-epoch-its-own-batch-sampler",
+        "two-epochs-its-own-batch-sampler-persisting",
+    ],
+)
 def test_a_loader_with_workers_is_switched_mid_epoch_and_keeps_its_order(
-    tmp_path: Path, forced: None, epochs: int, one_intra_op_thread: None
+    tmp_path: Path, forced: None, epochs: int, persistent: bool, batches: bool, one_intra_op_thread: None
 ) -> None:
     # 100 steps an epoch; one worker loads a batch in 16 ms, two persistent workers two at once. Too few epochs to
     # check at a boundary: the switch is made mid-epoch, the batches the one worker was given delivered first,
     # then the rest of the sampler by the new workers, and checked within the epoch. "two-epochs": the epoch after
-    # draws its order from the generator as without autotune (the one worker drew RandomSampler's tail permutation)
+    # draws its order from the generator as without autotune (the one worker drew RandomSampler's tail permutation;
+    # one that persists drew its base seed from the generator once, and the new loader draws nothing there)
     data = Indexed(n=400, in_worker_s=0.004)
-    plain, _, _ = _fit(tmp_path, False, _one_worker(data), epochs=epochs)
-    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data), epochs=epochs)
+    plain, _, _ = _fit(tmp_path, False, _one_worker(data, persistent, batches), epochs=epochs)
+    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data, persistent, batches), epochs=epochs)
     record = cb.report.autotune
     assert record is not None and record.status == KEPT and record.mid_epoch, record
-    assert record.previous == {"num_workers": 1, "persistent_workers": False}, record
+    assert record.previous == {"num_workers": 1, "persistent_workers": persistent}, record
     assert record.applied_at_epoch == 0 and record.decided_at_step is not None, record
     assert record.decided_at_step - record.applied_at_step == MIN_CONFIRM_STEPS + 1, record
     assert record.speedup is not None and record.speedup > 1.2, record
@@ -321,15 +373,17 @@ def test_a_loader_with_workers_is_switched_mid_epoch_and_keeps_its_order(
     assert "mid-epoch epoch 0" in autotune_line(record), autotune_line(record)
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["its-worker", "its-worker-persisting"])
 def test_a_slower_setting_for_a_loader_with_workers_is_undone_mid_epoch_to_its_own_workers(
-    tmp_path: Path, forced: None, one_intra_op_thread: None
+    tmp_path: Path, forced: None, persistent: bool, one_intra_op_thread: None
 ) -> None:
     # two epochs of 100 steps; one worker loads a batch in 16 ms, two of them 64 ms each (Crowded): the switch in
     # epoch 0 is checked within it, slower, and taken back to the user's one worker where the fit is: the batches
-    # the two workers drew ahead first, then the rest of the sampler; the epoch after runs the user's loader
+    # the two workers drew ahead first, then the rest of the sampler; the epoch after runs the user's loader (one
+    # whose worker persisted: re-created with its own settings, the generator drawing nothing more)
     data = Crowded(n=400, in_worker_s=0.004)
-    plain, _, _ = _fit(tmp_path, False, _one_worker(data), epochs=2)
-    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data), epochs=2)
+    plain, _, _ = _fit(tmp_path, False, _one_worker(data, persistent), epochs=2)
+    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data, persistent), epochs=2)
     record = cb.report.autotune
     assert record is not None and record.status == UNDONE and record.mid_epoch, record
     assert record.undone_at_epoch == 0 and record.undone_at_step == record.decided_at_step, record
@@ -337,17 +391,59 @@ def test_a_slower_setting_for_a_loader_with_workers_is_undone_mid_epoch_to_its_o
     # the exact sequence across the switch, the undo and the epoch after
     assert tuned.seen == plain.seen and len(tuned.seen) == 200
     tuner = cb._run.autotune
-    assert trainer.train_dataloader is tuner.originals[0] and trainer.train_dataloader.num_workers == 1
+    loader = trainer.train_dataloader
+    assert (loader is tuner.originals[0]) is not persistent and loader.num_workers == 1
+    assert loader.persistent_workers is persistent
     assert tuner.replaced[0]._iterator is None  # the persistent workers it started were shut down
+    assert tuner.originals[0]._iterator is None  # and the user's, where they persisted
+
+
+@pytest.mark.parametrize(
+    "faster, prefetch",
+    [(True, 2), (True, 16), (False, 16)],
+    ids=["mid-epoch", "at-a-boundary", "undone-at-a-boundary"],
+)
+def test_a_datamodules_loader_given_by_position_whose_worker_persists_is_switched_and_keeps_its_order(
+    tmp_path: Path, forced: None, faster: bool, prefetch: int, one_intra_op_thread: None
+) -> None:
+    # the DataModule gives batch_size and shuffle by position (Lightning re-creates the loader with them in their
+    # places) and its one worker persists: it is shut down at the switch, and neither the loader that replaces it nor
+    # (undone: two crowded workers at 64 ms a batch against its 16 ms) the one re-created with its own settings draws
+    # from the generator, so every epoch keeps its order. prefetch_factor=16: the worker is given 16 of the epoch's
+    # 20 batches ahead, none is left to queue by the switch, and it is made at the next epoch boundary
+    data = (Indexed if faster else Crowded)(in_process_s=0.004, in_worker_s=0.004)
+
+    class Positional(Data):
+        def train_dataloader(self) -> DataLoader:
+            g = torch.Generator().manual_seed(7)
+            return DataLoader(self.data, 4, True, generator=g, num_workers=1, persistent_workers=True,
+                              prefetch_factor=prefetch)  # fmt: skip
+
+    plain, _, _ = _fit(tmp_path, False, Positional(data))
+    tuned, trainer, cb = _fit(tmp_path, True, Positional(data))
+    record = cb.report.autotune
+    assert record is not None and record.status == (KEPT if faster else UNDONE), record
+    assert record.mid_epoch is (prefetch == 2), record
+    assert record.previous == {"num_workers": 1, "persistent_workers": True}, record
+    assert tuned.seen == plain.seen and len(tuned.seen) == 160
+    tuner = cb._run.autotune
+    assert tuner.originals[0]._iterator is None  # its worker was shut down at the switch
+    expected = WORKERS if faster else {"num_workers": 1, "persistent_workers": True}
+    assert loader_settings(trainer.train_dataloader, expected) == expected
+    assert trainer.train_dataloader is not tuner.originals[0]
 
 
 def test_a_one_epoch_fit_whose_sampler_position_cannot_be_kept_is_told_why_nothing_applies(
     tmp_path: Path, forced: None
 ) -> None:
-    data = Indexed(n=800, in_worker_s=0.002)  # 200 steps of 8 ms: the mid-run verdict comes within the epoch
+    data = Whole(
+        Indexed(n=800, in_worker_s=0.002)
+    )  # 200 steps of 8 ms: the mid-run verdict comes within the epoch
 
-    def loader() -> DataLoader:  # a batch sampler of the user's: no automatic batching to re-batch the rest
-        return DataLoader(data, batch_sampler=BatchSampler(RandomSampler(data), 4, False), num_workers=1)
+    def loader() -> (
+        DataLoader
+    ):  # the dataset gives whole batches: no index batches to take the rest of the epoch from
+        return DataLoader(data, batch_size=None, shuffle=True, num_workers=1)
 
     _, trainer, cb = _fit(tmp_path, True, loader, epochs=1)
     record = cb.report.autotune

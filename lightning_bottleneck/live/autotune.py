@@ -20,7 +20,9 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
 2. *trial*: after at least :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps and one epoch,
    rank zero compares the steps after with the steps before
    (:func:`~lightning_bottleneck.rules.autotune.decide`, the noise-aware comparison of ``compare``) and
-   broadcasts keep or undo; undo puts the original loaders back and shuts down the workers autotune started.
+   broadcasts keep or undo; undo puts the original loaders back (one whose workers persisted re-created with its
+   own settings: :func:`~lightning_bottleneck.live.loader_switch.own_loaders`) and shuts down the workers autotune
+   started.
 3. *race*: a kept setting with a :attr:`~lightning_bottleneck.rules.autotune.Choice.alternative` (the worker count
    the loader probe left to the run) and at least two epochs left: the alternative runs the next epoch and the
    faster stays (:mod:`lightning_bottleneck.live.autotune_race`).
@@ -82,6 +84,7 @@ from lightning_bottleneck.live.loader_switch import (
     eligible,
     epoch_batches,
     loader_settings,
+    own_loaders,
     recreate,
     rest_of_epoch,
     shutdown_iterator,
@@ -113,9 +116,7 @@ class Autotuner:
         # the timed steps, one entry per epoch (split in two at a mid-epoch switch): (first step, other steps)
         self.entries: list[tuple[float | None, list[float]]] = []
         self.split = 0  # entries[split:] ran with the setting
-        self.one_off: set[int] = (
-            set()
-        )  # entries whose first step paid a start-up kept or left out (see _after)
+        self.one_off: set[int] = set()  # entries whose first step paid a start-up kept or left out (_after)
         self.ring_start = 0
         self.starts_seen = 0
         self.pending: Choice | None = None  # rank zero's choice, every rank
@@ -170,14 +171,11 @@ class Autotuner:
         except Exception as err:
             if self.state in (TRIAL, RACE) and self.originals:
                 with contextlib.suppress(Exception):
-                    trainer.fit_loop._combined_loader.flattened = list(self.originals)
+                    trainer.fit_loop._combined_loader.flattened = own_loaders(self.replaced, self.originals)
                 for dl, original in zip([*self.replaced, *self.raced], [*self.originals, *self.originals]):
                     if dl is not original:
                         shutdown_workers(dl)
-            self.state = DONE
-            self.record = AutotuneRecord(
-                status=NOT_APPLIED, reason=f"autotune failed ({type(err).__name__}: {err})"
-            )
+            self._failed(err)
 
     def _epoch_end(self, run: Any, trainer: Any) -> None:
         if self.per_epoch is None:
@@ -357,13 +355,15 @@ class Autotuner:
             )
             return
         for i, it in rest:  # from the next batch on, the rest of this epoch comes from the new setting
-            running[i] = continue_epoch(running[i], it)
+            running[i] = continue_epoch(running[i], it, originals[i])
         rest = [(i, running[i]) for i, _ in rest]
         # the loaders that only finish this epoch: their workers end with it (a persistent one goes on)
         self.rest_of_epoch = [it for i, it in rest if draws_every_epoch(replaced[i])]
         self.originals, self.replaced = originals, replaced
         self.switched = finishing
         changed = [dl for dl, new in zip(originals, replaced) if new is not dl]
+        for dl in [] if mid_epoch else changed:  # a user's persistent workers: no more epochs to run
+            shutdown_workers(dl)
         if mid_epoch:  # this epoch's steps so far are "before"; the rest is a new entry without a first step
             self.entries.append(self._epoch_steps(run))
             self.ring_start, self.starts_seen = run.timer.step_ms.n, len(run.timer.epoch_start_wait_ms) + 1
@@ -448,7 +448,7 @@ class Autotuner:
             undo_in_epoch(self, trainer)
             record.undone_at_step = run.timer.steps
         combined = trainer.fit_loop._combined_loader
-        combined.flattened = list(self.originals)
+        combined.flattened = own_loaders(self.replaced, self.originals)
         for dl, original in zip(self.replaced, self.originals):
             if dl is not original:
                 shutdown_workers(dl)

@@ -12,7 +12,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from lightning_bottleneck.autotune_record import BASIS_FIRST_EPOCH, BASIS_RESTARTS
-from lightning_bottleneck.live.loader_switch import eligible, epoch_batches
+from lightning_bottleneck.live.loader_switch import draws_every_epoch, eligible, epoch_batches
 from lightning_bottleneck.measure.loader_probe import time_in_process
 from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.rules.autotune import (
@@ -61,7 +61,7 @@ def restarting_loaders(trainer: Any) -> list[Any]:
     batches = epoch_batches(combined)
     if not loaders or not all(eligible(dl, batches) for dl in loaders):
         return []
-    return [dl for dl in loaders if dl.num_workers]
+    return [dl for dl in loaders if dl.num_workers and draws_every_epoch(dl)]
 
 
 def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool = False) -> Choice:

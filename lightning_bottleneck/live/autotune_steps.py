@@ -68,7 +68,7 @@ def cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
     combined = getattr(trainer.fit_loop, "_combined_loader", None)
     loaders = list(combined.flattened) if combined is not None else []
     if not any(eligible(dl, epoch_batches(combined)) for dl in loaders):
-        return "no train DataLoader autotune can re-create (map-style, workers not already persistent)"
+        return "no train DataLoader autotune can re-create (map-style, each ending with the epoch)"
     if in_epoch_only(trainer, length):
         few = (
             f"the fit has {max(epochs_left(trainer, length) or 0, 0)} epoch(s) left after epoch "
@@ -76,8 +76,8 @@ def cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
         )
         if not can_switch_mid_epoch(trainer, None):
             return (
-                f"{few}, and its train loader's position in the sampler cannot be kept mid-epoch (a custom batch "
-                "sampler, arguments Lightning did not capture by name, or fewer than one batch left to queue)"
+                f"{few}, and its train loader's position in the sampler cannot be kept mid-epoch (no batching by "
+                "the loader, an iterator of another kind, or fewer than one batch left to queue)"
             )
         room = steps_left_in_epoch(trainer, length)
         need = CLEAN_BEFORE_STEPS + MIN_CONFIRM_STEPS + MIN_STEPS_AFTER_CHECK
