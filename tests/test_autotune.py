@@ -802,7 +802,11 @@ def test_ddp_workers_restarting_every_epoch_get_rank_zeros_fix_on_both_ranks(tmp
     assert zero["startup_ms"] is not None and zero["startup_ms"] >= 150  # rank zero's own figures
 
 
-@pytest.mark.parametrize("mode", ["autotune_epoch", "autotune_epoch_workers"], ids=["in-process", "worker"])
+@pytest.mark.parametrize(
+    "mode",
+    ["autotune_epoch", "autotune_epoch_workers", "autotune_epoch_persistent"],
+    ids=["in-process", "worker", "worker-persisting"],
+)
 def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path, mode: str) -> None:
     zero, one = _ddp_records(tmp_path, mode)
     assert zero["previous"]["num_workers"] == one["previous"]["num_workers"] == (mode != "autotune_epoch")

@@ -96,10 +96,8 @@ def _rebuild(dl: DataLoader, sampler: Any, overrides: dict[str, Any]) -> DataLoa
         if name in kwargs:
             args[i] = kwargs.pop(name)
     new = _reinstantiate_wrapped_cls(dl, *args, **kwargs)
-    if (
-        new.worker_init_fn is not dl.worker_init_fn
-    ):  # one Lightning added after construction (seed_everything)
-        new.worker_init_fn = dl.worker_init_fn
+    # the user's worker_init_fn, or one Lightning added after construction (seed_everything(workers=True))
+    new.worker_init_fn = dl.worker_init_fn
     return new
 
 

@@ -7,6 +7,7 @@
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune    # autotune: rank zero's choice, applied on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch   # the same in one epoch: checked within it
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch_workers   # the same from one worker a rank
+    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch_persistent   # ... one persistent worker a rank
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_restart   # workers restarted every epoch: the restart fix
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
@@ -148,9 +149,9 @@ def main(out_dir: str, mode: str) -> None:
     workers: dict[str, Any] = {}
     if mode == "autotune_restart":
         workers = {"num_workers": 2, "worker_init_fn": _slow_start}
-    elif mode == "autotune_epoch_workers":  # the rank is read in the worker: no process group there
+    elif mode.startswith("autotune_epoch_"):  # the rank is read in the worker: no process group there
         data.slow_rank = 0 if int(os.environ.get("LOCAL_RANK", "0")) == 0 else -1
-        workers = {"num_workers": 1}
+        workers = {"num_workers": 1, "persistent_workers": mode == "autotune_epoch_persistent"}
     trainer.fit(model, DataLoader(data, batch_size=4, **workers))
     if mode.startswith("autotune"):
         import json
