@@ -158,8 +158,11 @@ def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
     # thread: with two beside the workers on the 2-core VM a step can wait on a descheduled thread for whole
     # scheduler slices, and "one-worker-restarting" was once undone in CI (fourteenth session). A worker that
     # persists drew its base seed from the generator (or the global RNG) once: the loaders that replace it draw
-    # nothing there, and the order of every epoch after stays
-    data = Indexed(in_process_s=0.004, in_worker_s=0.004)
+    # nothing there, and the order of every epoch after stays. 82 samples: the last batch of each epoch holds 2, and
+    # the BatchSampler exhausts the shuffling sampler to make it, in-process too (RandomSampler's tail permutation is
+    # drawn every epoch); the workers that replace in-process loading are asked for the same batches (at 2f1ef8b the
+    # in-process cases lost the order at the third epoch)
+    data = Indexed(n=82, in_process_s=0.004, in_worker_s=0.004)
 
     def loader() -> DataLoader:
         dl = _loader(data, seeded)
@@ -176,34 +179,21 @@ def test_a_faster_setting_is_applied_kept_and_the_samples_are_the_same(
     }
     # the switch is made mid-epoch, the sampler's position kept (unless the mid-run verdict came at an epoch's last
     # batch, or, with one worker, every batch of the epoch was already given to it): at the next epoch boundary
-    steps_per_epoch = len(data) // 4
+    steps_per_epoch = 21
     inside = record.applied_at_step % steps_per_epoch != 0
     # with one worker, at the boundary where every batch of the epoch was already given to it
     assert record.mid_epoch is inside if workers == 0 else (inside or not record.mid_epoch), record
     assert record.applied_at_step is not None and record.applied_at_epoch is not None
     assert record.steps_after >= MIN_CONFIRM_STEPS - 1 and record.speedup and record.speedup > 1.2
     assert trainer.train_dataloader.num_workers == 2 and trainer.train_dataloader.persistent_workers
-    assert tuned.seen == plain.seen  # the exact sequence of sample indices, across the switch
+    # the exact sequence of sample indices, across the switch
+    assert tuned.seen == plain.seen and len(tuned.seen) == 8 * steps_per_epoch
     assert "num_workers=2, persistent_workers=True" in record.keep_line
     assert "autotune: applied num_workers=2" in render_text(cb.report)
     assert json.loads(cb.report.to_json())["autotune"]["status"] == KEPT
     # the loader advice measured before the switch is not given again at the end of fit
     assert _loader_advice(cb.midrun_report), cb.midrun_report.recommendations  # the mid-run verdict gave some
     assert not _loader_advice(cb.report) and any("DataLoader advice left out" in n for n in cb.report.notes)
-
-
-def test_a_partial_last_batch_keeps_the_order_of_every_epoch_after_the_switch(
-    tmp_path: Path, forced: None, one_intra_op_thread: None
-) -> None:
-    # 82 samples in batches of 4: the last batch of each epoch holds 2, and the BatchSampler exhausts the shuffling
-    # sampler to make it, in-process too (RandomSampler's tail permutation is drawn every epoch); the workers that
-    # replace in-process loading are asked for the same batches, so every epoch after draws the same order
-    data = Indexed(n=82, in_process_s=0.004, in_worker_s=0.004)
-    plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True), epochs=4)
-    tuned, _, cb = _fit(tmp_path, True, lambda: _loader(data, True), epochs=4)
-    record = cb.report.autotune
-    assert record is not None and record.status == KEPT and record.applied_at_epoch < 2, record
-    assert tuned.seen == plain.seen and len(tuned.seen) == 4 * 21
 
 
 class _MarkStart:
@@ -342,13 +332,8 @@ def _one_worker(data: Dataset, persistent: bool = False, batches: bool = False) 
 
 @pytest.mark.parametrize(
     ("epochs", "persistent", "batches"),
-    [(1, False, False), (2, False, False), (1, False, True), (2, True, True)],
-    ids=[
-        "one-epoch",
-        "two-epochs",
-        "one-epoch-its-own-batch-sampler",
-        "two-epochs-its-own-batch-sampler-persisting",
-    ],
+    [(1, False, False), (2, False, False), (2, True, True)],
+    ids=["one-epoch", "two-epochs", "two-epochs-its-own-batch-sampler-persisting"],
 )
 def test_a_loader_with_workers_is_switched_mid_epoch_and_keeps_its_order(
     tmp_path: Path, forced: None, epochs: int, persistent: bool, batches: bool, one_intra_op_thread: None
@@ -373,17 +358,16 @@ def test_a_loader_with_workers_is_switched_mid_epoch_and_keeps_its_order(
     assert "mid-epoch epoch 0" in autotune_line(record), autotune_line(record)
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["its-worker", "its-worker-persisting"])
 def test_a_slower_setting_for_a_loader_with_workers_is_undone_mid_epoch_to_its_own_workers(
-    tmp_path: Path, forced: None, persistent: bool, one_intra_op_thread: None
+    tmp_path: Path, forced: None, one_intra_op_thread: None
 ) -> None:
     # two epochs of 100 steps; one worker loads a batch in 16 ms, two of them 64 ms each (Crowded): the switch in
     # epoch 0 is checked within it, slower, and taken back to the user's one worker where the fit is: the batches
-    # the two workers drew ahead first, then the rest of the sampler; the epoch after runs the user's loader (one
-    # whose worker persisted: re-created with its own settings, the generator drawing nothing more)
+    # the two workers drew ahead first, then the rest of the sampler; the epoch after runs the user's loader (a
+    # user's loader whose worker persisted: tests/test_loader_switch.py, and the DataModule test below at a boundary)
     data = Crowded(n=400, in_worker_s=0.004)
-    plain, _, _ = _fit(tmp_path, False, _one_worker(data, persistent), epochs=2)
-    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data, persistent), epochs=2)
+    plain, _, _ = _fit(tmp_path, False, _one_worker(data), epochs=2)
+    tuned, trainer, cb = _fit(tmp_path, True, _one_worker(data), epochs=2)
     record = cb.report.autotune
     assert record is not None and record.status == UNDONE and record.mid_epoch, record
     assert record.undone_at_epoch == 0 and record.undone_at_step == record.decided_at_step, record
@@ -391,17 +375,12 @@ def test_a_slower_setting_for_a_loader_with_workers_is_undone_mid_epoch_to_its_o
     # the exact sequence across the switch, the undo and the epoch after
     assert tuned.seen == plain.seen and len(tuned.seen) == 200
     tuner = cb._run.autotune
-    loader = trainer.train_dataloader
-    assert (loader is tuner.originals[0]) is not persistent and loader.num_workers == 1
-    assert loader.persistent_workers is persistent
+    assert trainer.train_dataloader is tuner.originals[0] and trainer.train_dataloader.num_workers == 1
     assert tuner.replaced[0]._iterator is None  # the persistent workers it started were shut down
-    assert tuner.originals[0]._iterator is None  # and the user's, where they persisted
 
 
 @pytest.mark.parametrize(
-    "faster, prefetch",
-    [(True, 2), (True, 16), (False, 16)],
-    ids=["mid-epoch", "at-a-boundary", "undone-at-a-boundary"],
+    "faster, prefetch", [(True, 2), (False, 16)], ids=["kept-mid-epoch", "undone-at-a-boundary"]
 )
 def test_a_datamodules_loader_given_by_position_whose_worker_persists_is_switched_and_keeps_its_order(
     tmp_path: Path, forced: None, faster: bool, prefetch: int, one_intra_op_thread: None
@@ -423,7 +402,8 @@ def test_a_datamodules_loader_given_by_position_whose_worker_persists_is_switche
     tuned, trainer, cb = _fit(tmp_path, True, Positional(data))
     record = cb.report.autotune
     assert record is not None and record.status == (KEPT if faster else UNDONE), record
-    assert record.mid_epoch is (prefetch == 2), record
+    # mid-epoch unless the mid-run verdict came too close to an epoch's end (the boundary came first)
+    assert record.mid_epoch is (prefetch == 2 and record.applied_at_step % 20 != 0), record
     assert record.previous == {"num_workers": 1, "persistent_workers": True}, record
     assert tuned.seen == plain.seen and len(tuned.seen) == 160
     tuner = cb._run.autotune
@@ -804,8 +784,8 @@ def test_ddp_workers_restarting_every_epoch_get_rank_zeros_fix_on_both_ranks(tmp
 
 @pytest.mark.parametrize(
     "mode",
-    ["autotune_epoch", "autotune_epoch_workers", "autotune_epoch_persistent"],
-    ids=["in-process", "worker", "worker-persisting"],
+    ["autotune_epoch", "autotune_epoch_persistent"],
+    ids=["in-process", "worker-persisting"],
 )
 def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path, mode: str) -> None:
     zero, one = _ddp_records(tmp_path, mode)

@@ -194,7 +194,8 @@ def test_a_loader_re_created_at_an_epoch_boundary_keeps_its_batches_and_its_gene
     seen = _epoch(dl)
     new = recreate(dl, settings)
     shutdown_iterator(dl._iterator)  # as autotune shuts the user's persistent workers down at the switch
-    assert new.num_workers == settings["num_workers"] and new.batch_sampler is not None
+    # its batch sampler reads as the user's: batch_size 4
+    assert new.num_workers == settings["num_workers"] and new.batch_sampler.batch_size == 4
     seen += _epoch(new) + _epoch(new)
     shutdown_iterator(new._iterator)
     assert seen == expected

@@ -67,6 +67,15 @@ class SameDraws(Sampler):
         """The sampler of ``source`` where it is a batch sampler (what Lightning tells the epoch), else None."""
         return getattr(self.source, "sampler", None)
 
+    @property
+    def batch_size(self) -> int | None:
+        """``source``'s, for code that reads it off a loader's batch sampler (a ``BatchSampler``'s), else None."""
+        return getattr(self.source, "batch_size", None)
+
+    @property
+    def drop_last(self) -> bool | None:
+        return getattr(self.source, "drop_last", None)
+
     def __iter__(self) -> Iterator[Any]:
         self.started += 1
         if self.reused_draw and self.started > 1:  # a re-used iterator: the draw a new one would have made
@@ -190,6 +199,14 @@ class RestThenEpochs(Sampler):
     def sampler(self) -> Any:
         """What Lightning's ``_set_sampler_epoch`` reaches through this batch sampler: ``epochs``' sampler."""
         return getattr(self.epochs, "sampler", None)
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.epochs.batch_size
+
+    @property
+    def drop_last(self) -> bool | None:
+        return self.epochs.drop_last
 
     def __iter__(self) -> Iterator[Any]:
         self.started += 1

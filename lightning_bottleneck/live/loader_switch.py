@@ -159,8 +159,9 @@ def _queued(it: Any) -> int | None:
 def can_switch_mid_epoch(trainer: Any, settings: dict[str, Any] | None) -> bool:
     """The running epoch's loaders that would change (``settings``; None: any loader autotune may change) batch
     their samples (``batch_size``, or a batch sampler of the user's), and the fit loop's iterator holds their
-    iterators, each at a known position in its (batch) sampler: loading in-process (the batches fetched) or by workers (the batches sent to them: those are delivered
-    first, then the rest of the sampler by the new setting, :func:`rest_of_epoch`)."""
+    iterators, each at a known position in its batch sampler: loading in-process (the batches fetched) or by
+    workers, persistent or not (the batches sent to them: those are delivered first, then the rest of the batch
+    sampler by the new setting, :func:`rest_of_epoch`)."""
     combined = getattr(trainer.fit_loop, "_combined_loader", None)
     running = getattr(getattr(combined, "_iterator", None), "iterators", None)
     if combined is None or not running or len(running) != len(combined.flattened):
@@ -192,7 +193,7 @@ def rest_of_epoch(dl: DataLoader, running: Any, settings: dict[str, Any]) -> Dat
     one) draws nothing the run without autotune would not.
 
     With persistent workers in ``settings`` it is also the loader of the epochs after (:class:`RestThenEpochs`:
-    whole epochs of ``dl``'s own sampler, each drawing what ``dl``'s iterator would have drawn), so its
+    whole epochs of ``dl``'s own batch sampler, each drawing what ``dl``'s iterator would have drawn), so its
     workers start once, at the switch, and not again at the next epoch boundary (issue 29's io_wait: a second
     start-up of 8 workers there, ~0.12 s of a 4.6 s autotuned fit). Without, its workers end with the epoch.
     Its read-ahead is kept: :func:`back_to_own_setting` can take the epoch back exactly; :func:`uncut` undoes this
