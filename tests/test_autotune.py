@@ -790,6 +790,11 @@ def test_ddp_workers_restarting_every_epoch_get_rank_zeros_fix_on_both_ranks(tmp
 def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path: Path, mode: str) -> None:
     zero, one = _ddp_records(tmp_path, mode)
     assert zero["previous"]["num_workers"] == one["previous"]["num_workers"] == (mode != "autotune_epoch")
+    assert (
+        zero["previous"]["persistent_workers"]
+        == one["previous"]["persistent_workers"]
+        == (mode != "autotune_epoch")
+    )
     # one epoch of 160 steps: switched mid-epoch on both ranks at the same step, checked within the epoch at the same
     # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch (in-process or in one
     # worker), two workers ~2x

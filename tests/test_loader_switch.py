@@ -71,6 +71,7 @@ def test_a_loader_with_workers_switched_mid_epoch_keeps_its_batches_and_its_gene
     after = recreate(dl, settings)
     finish = rest_of_epoch(dl, running, settings)
     after = finish if settings.get("persistent_workers") else after
+    assert after.batch_sampler.batch_size == 4  # as the user's loader's reads
     rest = continue_epoch(running, iter(finish), dl)
     seen += [b.tolist() for b in rest]
     assert running._shutdown  # the user's worker stopped once it delivered what it was given

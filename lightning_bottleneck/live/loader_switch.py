@@ -136,7 +136,7 @@ def recreate(dl: DataLoader, settings: dict[str, Any]) -> DataLoader:
     )
     if reused_draw or tail is not None:
         source = SameDraws(source, dl.generator, reused_draw, tail)
-    elif not _own_batches(dl):
+    elif not _own_batches(dl):  # no draw to keep: the loader's own sampler, batched by its batch_size
         return _rebuild(dl, dl.sampler, wanted)
     if batches is None:
         return _rebuild(dl, source, wanted)
@@ -308,9 +308,9 @@ def shutdown_workers(dl: Any) -> None:
 
 
 def eligible(dl: Any, batches: int | None = None) -> bool:
-    """A map-style DataLoader that ends with the epoch: under a
-    ``CombinedLoader`` a shorter loader cycles (``max_size_cycle``) or a longer one is cut (``min_size``), and
-    how far such a loader runs its sampler depends on its workers, so it is left as it is."""
+    """A map-style DataLoader that ends with the epoch: under a ``CombinedLoader`` a shorter loader cycles
+    (``max_size_cycle``) or a longer one is cut (``min_size``), and how far such a loader runs its sampler depends
+    on its workers, so it is left as it is."""
     if not isinstance(dl, DataLoader) or isinstance(dl.dataset, IterableDataset):
         return False
     if batches is None:

@@ -6,8 +6,7 @@
     python tests/ddp_scripts/ddp_train.py OUT_DIR midrun      # a longer run: the mid-run verdict on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune    # autotune: rank zero's choice, applied on both ranks
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch   # the same in one epoch: checked within it
-    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch_workers   # the same from one worker a rank
-    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch_persistent   # ... one persistent worker a rank
+    python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_epoch_persistent   # the same from one persistent worker a rank
     python tests/ddp_scripts/ddp_train.py OUT_DIR autotune_restart   # workers restarted every epoch: the restart fix
 
 Lightning's ``strategy="ddp"`` re-runs this file for rank 1, so everything happens under ``__main__``.
@@ -123,7 +122,8 @@ def main(out_dir: str, mode: str) -> None:
         # 40 steps an epoch on each rank; rank zero's batches sleep 16 ms in-process (both ranks wait for them), so
         # two workers are ~2x (kept) and the race of three has the 20 steps it needs to be decided
         # one epoch: 160 steps on each rank, switched and checked within it
-        # (autotune_epoch_workers: one worker a rank loads them, the batches it was given delivered before the rest)
+        # (autotune_epoch_persistent: one persistent worker a rank loads them, the batches it was given delivered
+        # before the rest)
         data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=1280 if in_one else 320)
         callback = BottleneckCallback(
             wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
@@ -149,9 +149,9 @@ def main(out_dir: str, mode: str) -> None:
     workers: dict[str, Any] = {}
     if mode == "autotune_restart":
         workers = {"num_workers": 2, "worker_init_fn": _slow_start}
-    elif mode.startswith("autotune_epoch_"):  # the rank is read in the worker: no process group there
+    elif mode == "autotune_epoch_persistent":  # the rank is read in the worker: no process group there
         data.slow_rank = 0 if int(os.environ.get("LOCAL_RANK", "0")) == 0 else -1
-        workers = {"num_workers": 1, "persistent_workers": mode == "autotune_epoch_persistent"}
+        workers = {"num_workers": 1, "persistent_workers": True}
     trainer.fit(model, DataLoader(data, batch_size=4, **workers))
     if mode.startswith("autotune"):
         import json
