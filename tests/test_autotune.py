@@ -413,6 +413,55 @@ def test_a_datamodules_loader_given_by_position_whose_worker_persists_is_switche
     assert trainer.train_dataloader is not tuner.originals[0]
 
 
+class _Interrupted(Exception):
+    pass
+
+
+class _EndsWhileDraining(pl.Callback):
+    """Ends the fit (an exception, or ``should_stop``) at the first batch end after autotune's mid-epoch switch,
+    while the user's worker still holds batches queued before it; keeps that worker's processes."""
+
+    def __init__(self, cb: BottleneckCallback, raises: bool) -> None:
+        self.cb, self.raises = cb, raises
+        self.workers: list[Any] = []
+        self.left = 0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        tuner = self.cb._run.autotune
+        if self.workers or not tuner.drains:
+            return
+        self.workers, self.left = list(tuner.drains[0].old._workers), tuner.drains[0].left
+        if self.raises:
+            raise _Interrupted
+        trainer.should_stop = True
+
+
+@pytest.mark.parametrize("raises", [True, False], ids=["an-exception", "should-stop"])
+def test_a_fit_that_ends_while_the_users_workers_drain_leaves_none_running(
+    tmp_path: Path, forced: None, raises: bool
+) -> None:
+    # one persistent worker with prefetch_factor=10 holds up to ten batches at the mid-epoch switch; the fit ends a
+    # batch later. Lightning's teardown shuts down the fit loop's loaders only, not the user's it replaced
+    data = Indexed(n=400, in_worker_s=0.004)
+    g = torch.Generator().manual_seed(7)
+    loader = DataLoader(data, batch_size=4, shuffle=True, generator=g, num_workers=1, persistent_workers=True,
+                        prefetch_factor=10)  # fmt: skip
+    cb = BottleneckCallback(**FAST, autotune=True)
+    ends = _EndsWhileDraining(cb, raises)
+    trainer = quiet_trainer(tmp_path, [cb, ends], max_epochs=1)
+    if raises:
+        with pytest.raises(_Interrupted):
+            trainer.fit(Seen(), train_dataloaders=loader)
+    else:
+        trainer.fit(Seen(), train_dataloaders=loader)
+    # it ended with batches still queued in the user's worker
+    assert ends.workers and ends.left > 0, ends.left
+    for worker in ends.workers:
+        worker.join(timeout=10)
+        assert not worker.is_alive()
+    assert loader._iterator is None and not cb._run.autotune.drains
+
+
 def test_a_one_epoch_fit_whose_sampler_position_cannot_be_kept_is_told_why_nothing_applies(
     tmp_path: Path, forced: None
 ) -> None:

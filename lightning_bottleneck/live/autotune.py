@@ -25,8 +25,7 @@ The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at 
    started.
 3. *race*: a kept setting with a :attr:`~lightning_bottleneck.rules.autotune.Choice.alternative` (the worker count
    the loader probe left to the run) and at least two epochs left: the alternative runs the next epoch and the
-   faster stays (:mod:`lightning_bottleneck.live.autotune_race`).
-4. *done*.
+   faster stays (:mod:`lightning_bottleneck.live.autotune_race`). Then *done*.
 
 A fit with too few epochs left for that (one long epoch, or ``max_steps`` inside the first) is switched mid-epoch
 where the sampler's position is kept, checked :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps
@@ -40,9 +39,9 @@ measured setting to apply, for a smaller share. Rank zero times a few batches lo
 (:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a fiftieth of that start-up) and picks
 ``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the
 switch, the check and the undo are the same as above. After such a switch the measurement stage does not probe
-the train loader again (its advice is settled by the switch).
-
-How the loaders are re-created with the same samples: :mod:`lightning_bottleneck.live.loader_switch`.
+the train loader again (its advice is settled by the switch). How the loaders are re-created with the same samples:
+:mod:`lightning_bottleneck.live.loader_switch`; at the fit's end or exception the workers of the iterators autotune
+put in the fit loop stop (:meth:`Autotuner.close`).
 """
 
 from __future__ import annotations
@@ -77,6 +76,7 @@ from lightning_bottleneck.live.autotune_steps import (
     spread,
     steps_since,
 )
+from lightning_bottleneck.live.loader_batches import Drain
 from lightning_bottleneck.live.loader_switch import (
     can_switch_mid_epoch,
     continue_epoch,
@@ -123,6 +123,7 @@ class Autotuner:
         self.originals: list[Any] = []
         self.replaced: list[Any] = []
         self.rest_of_epoch: list[Any] = []  # iterators of the loaders that finish a switched epoch
+        self.drains: list[Drain] = []  # the fit loop's iterators since a mid-epoch switch from workers
         # a switch checked within its epoch (Choice.in_epoch): the fit loop's positions and loaders it switched
         self.in_epoch = False
         self.switched: list[tuple[int, Any]] = []
@@ -162,9 +163,7 @@ class Autotuner:
         """Time the epoch; apply, or judge, when due. A failure puts the user's loaders back and ends autotune
         (one reason on the record); the callback and the fit go on."""
         if self.state == DONE:
-            for it in self.rest_of_epoch:  # the loaders that finished a switched epoch: their workers go
-                shutdown_iterator(it)
-            self.rest_of_epoch = []
+            self.close()  # the loaders that finished a switched epoch: their workers go
             return
         try:
             self._epoch_end(run, trainer)
@@ -181,9 +180,7 @@ class Autotuner:
         if self.per_epoch is None:
             self.per_epoch = run_length(trainer).steps_per_epoch
         self.entries.append(self._epoch_steps(run))
-        for it in self.rest_of_epoch:  # the loaders that finished the switched epoch: their workers go
-            shutdown_iterator(it)
-        self.rest_of_epoch = []
+        self.close()  # the loaders that finished the switched epoch: their workers go
         after_verdict = self.pending is not None and self.pending.settings is None  # it had nothing to apply
         if self.state == WAITING and (after_verdict or (self.pending is None and len(self.entries) == 1)):
             # workers restarted every epoch: the first epoch's end before any verdict, or once it had nothing
@@ -307,13 +304,7 @@ class Autotuner:
             out += spread(None if i in self.one_off else first, steps, self.per_epoch)
         return out
 
-    def _apply(
-        self,
-        run: Any,
-        trainer: Any,
-        payload: Choice,
-        mid_epoch: bool,
-    ) -> None:
+    def _apply(self, run: Any, trainer: Any, payload: Choice, mid_epoch: bool) -> None:
         settings, reason, basis = payload.settings, payload.reason, payload.basis
         self.alternative = payload.alternative
         self.state = DONE
@@ -357,8 +348,9 @@ class Autotuner:
         for i, it in rest:  # from the next batch on, the rest of this epoch comes from the new setting
             running[i] = continue_epoch(running[i], it, originals[i])
         rest = [(i, running[i]) for i, _ in rest]
-        # the loaders that only finish this epoch: their workers end with it (a persistent one goes on)
+        # the loaders that only finish this epoch: their workers end with it (a persistent one goes on); the user's
         self.rest_of_epoch = [it for i, it in rest if draws_every_epoch(replaced[i])]
+        self.drains = [it for _, it in rest if isinstance(it, Drain)]  # deliver what they hold, then stop
         self.originals, self.replaced = originals, replaced
         self.switched = finishing
         changed = [dl for dl, new in zip(originals, replaced) if new is not dl]
@@ -452,9 +444,7 @@ class Autotuner:
         for dl, original in zip(self.replaced, self.originals):
             if dl is not original:
                 shutdown_workers(dl)
-        for it in self.rest_of_epoch:
-            shutdown_iterator(it)
-        self.rest_of_epoch = []
+        self.close()
         record.status = UNDONE
         record.undone_at_epoch = trainer.current_epoch + (0 if self.in_epoch else 1)
         record.reason = decision.reason
@@ -489,6 +479,15 @@ class Autotuner:
             else "no mid-run verdict was taken (the fit ended first)"
         )
         return AutotuneRecord(status=NOT_APPLIED, reason=why)
+
+    def close(self) -> None:
+        """At a switched epoch's end, the fit's end or its exception: the workers of the loaders that finished the
+        epoch stop, and the user's (from a mid-epoch switch; Lightning's teardown reaches only the fit loop's)."""
+        for it in self.rest_of_epoch:
+            shutdown_iterator(it)
+        for drain in self.drains:
+            drain.stop_old()
+        self.rest_of_epoch, self.drains = [], []
 
     def _not_applied(self, reason: str) -> None:
         self.record = AutotuneRecord(status=NOT_APPLIED, reason=reason)

@@ -192,7 +192,7 @@ class BottleneckCallback(Callback):
             f"BottleneckCallback disabled itself after an internal error ({why}); training goes on."
         )
         self._disabled = True
-        self._run.release()
+        self._run.release(fit_over=False)  # a fit loop iterator autotune put in place goes on delivering
 
     # ------------------------------------------------------------------ setup / teardown / errors
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -168,10 +168,14 @@ class FitRun:
         else:
             self.notes.append(exit_note(exception))
 
-    def release(self) -> None:
-        """Undo everything, never raising: labels and profiler (a partial window is discarded), patches,
-        the analysis thread (joined), the picture thread, the kept batch."""
+    def release(self, fit_over: bool = True) -> None:
+        """Undo everything, never raising: labels and profiler (a partial window is discarded), patches, the
+        analysis thread (joined), the picture thread, the kept batch; once the fit is over (its end or exception,
+        not a callback disabled while the fit goes on), the workers of what autotune put in the fit loop."""
         self.profiling = False
+        if fit_over and self.autotune is not None:
+            with contextlib.suppress(Exception):
+                self.autotune.close()
         self.next_work = NEVER
         self.batch = None
         analysis = self.analysis

@@ -155,9 +155,9 @@ class Drain:
     def __init__(self, old: Any, left: int, new: Iterator[Any], owner: Any = None) -> None:
         self.old, self.left, self.new, self.owner = old, left, new, owner
         if left <= 0:
-            self._stop_old()
+            self.stop_old()
 
-    def _stop_old(self) -> None:
+    def stop_old(self) -> None:
         shutdown_iterator(self.old)
         if self.owner is not None and getattr(self.owner, "_iterator", None) is self.old:
             self.owner._iterator = None
@@ -171,16 +171,16 @@ class Drain:
                 batch = next(self.old)
             except StopIteration:  # not expected (every batch sent is delivered): go on with the rest
                 self.left = 0
-                self._stop_old()
+                self.stop_old()
                 return next(self.new)
             self.left -= 1
             if self.left == 0:
-                self._stop_old()
+                self.stop_old()
             return batch
         return next(self.new)
 
     def _shutdown_workers(self) -> None:
-        self._stop_old()
+        self.stop_old()
         shutdown_iterator(self.new)
 
 
