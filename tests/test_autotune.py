@@ -845,8 +845,8 @@ def test_ddp_in_one_epoch_both_ranks_switch_and_decide_at_the_same_step(tmp_path
         == (mode != "autotune_epoch")
     )
     # one epoch of 160 steps: switched mid-epoch on both ranks at the same step, checked within the epoch at the same
-    # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch (in-process or in one
-    # worker), two workers ~2x
+    # step, decided alike (rank zero's decision broadcast); kept: rank zero's 16 ms a batch in-process (32 ms in one
+    # persistent worker), two workers ~2x
     assert zero["mid_epoch"] and one["mid_epoch"], (zero, one)
     assert zero["applied_at_step"] == one["applied_at_step"] is not None
     assert (

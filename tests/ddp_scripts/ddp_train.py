@@ -123,8 +123,10 @@ def main(out_dir: str, mode: str) -> None:
         # two workers are ~2x (kept) and the race of three has the 20 steps it needs to be decided
         # one epoch: 160 steps on each rank, switched and checked within it
         # (autotune_epoch_persistent: one persistent worker a rank loads them, the batches it was given delivered
-        # before the rest)
-        data = SlowOnOneRank(slow_rank=0, delay_s=0.004, n=1280 if in_one else 320)
+        # before the rest; 32 ms a batch: at 16 ms, with another process keeping a core busy, the step's own time
+        # under contention left two workers 1.15-1.6x over 13 steps before, and the check undid them in 2 of 4 runs)
+        persisting = mode == "autotune_epoch_persistent"
+        data = SlowOnOneRank(slow_rank=0, delay_s=0.008 if persisting else 0.004, n=1280 if in_one else 320)
         callback = BottleneckCallback(
             wait=1, warmup=1, active=3, verbose=False, gather_timeout=60, probe_loader=False,
             trial_budget_s=0, autotune=True,
