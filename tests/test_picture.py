@@ -110,10 +110,16 @@ def test_step_phases_of_compute_bound_fit_are_mostly_forward_and_backward(tmp_pa
     _, cb = fit_scenario("compute", tmp_path)
     assert cb.report is not None
     phases = step_phases_from_file(cb.report.trace_files[-1])
-    mean = phases.mean_ms()
-    total = sum(mean.values())
-    assert mean["data_wait"] < 0.1 * total
-    assert mean["forward"] + mean["backward"] + mean["optimizer"] > 0.6 * total
+
+    # each step's shares, their median across the window's steps: the split of a step, not the machine's stalls (in
+    # one CI run a stall landed in one of the four steps' data fetch: mean data_wait 78 ms of 240, where each step
+    # waits ~2 ms of ~165 alone)
+    def share(*names: str) -> float:
+        return float(np.median([sum(s.ms[n] for n in names) / s.duration_ms for s in phases.steps]))
+
+    assert len(phases.steps) >= 3
+    assert share("data_wait") < 0.1
+    assert share("forward", "backward", "optimizer") > 0.6
 
 
 def _x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict[str, Any]:
