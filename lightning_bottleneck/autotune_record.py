@@ -54,8 +54,8 @@ class AutotuneRecord:
     reason: str = ""  # why nothing was applied, or why it was undone, in one sentence
     keep_line: str = ""  # the one line to put in the code to keep the setting without autotune
     basis: str = BASIS_VERDICT  # what the choice rested on (BASES)
-    # first_epoch, restarts: the workers' start-up (the first epoch's wait for its first batch; for restarts, the
-    # later epochs' at their median), and a step's batches loaded in the training process (timed there; one batch
+    # first_epoch, restarts: the workers' start-up (the first epoch's wait for its first batch; from the second
+    # epoch's end on, the later epochs' at their median), and a step's batches loaded in the training process (timed there; one batch
     # of each restarting loader under a CombinedLoader)
     startup_ms: float | None = None
     in_process_batch_ms: float | None = None

@@ -619,25 +619,30 @@ def test_the_loader_probe_is_told_when_the_run_will_confirm_its_choice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The measurement stage gets ``run_confirms`` (the probe then times each worker count once with the step) only
-    where autotune would apply a measured setting and time it on the run: autotune on, epochs enough left."""
+    where autotune would apply a measured setting and time it on the run: autotune on, epochs enough left, or one
+    epoch with steps enough left to switch within it; and ``run_races`` (the probe leaves twice the core count to
+    the run) only where the run could race that count for an epoch after its check."""
     import lightning_bottleneck.live.fit_run as fit_run
 
-    seen: list[tuple[bool, int]] = []
+    seen: list[tuple[bool, bool, int]] = []
     real = fit_run.measure
 
     def spy(trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        seen.append((kwargs["run_confirms"], trainer.current_epoch))
+        seen.append(
+            (kwargs.get("run_confirms", False), kwargs.get("run_races", False), trainer.current_epoch)
+        )
         real(trainer, *args, **kwargs)
 
     monkeypatch.setattr(fit_run, "measure", spy)
-    for autotune, epochs in ((True, 4), (False, 4), (True, 2)):
+    for autotune, epochs, n in ((True, 4, 80), (False, 4, 80), (True, 2, 80), (True, 1, 400)):
         model = SlowUntilVerdict()  # the verdict comes in the first epoch
         cb = BottleneckCallback(**FAST, autotune=autotune)
         model.cb = cb
         trainer = quiet_trainer(tmp_path / f"{autotune}{epochs}", [cb], max_epochs=epochs)
-        trainer.fit(model, train_dataloaders=_loader(Indexed(), True))
-    # two epochs: one left after the first, too few to check a switch
-    assert seen == [(True, 0), (False, 0), (False, 0)], seen
+        trainer.fit(model, train_dataloaders=_loader(Indexed(n=n), True))
+    # two epochs: one left after the first, too few to check a switch at a boundary, and its 20-step epoch too
+    # short to switch within; one epoch of 100 steps: switched within it, where no race can follow
+    assert seen == [(True, True, 0), (False, False, 0), (False, False, 0), (True, False, 0)], seen
 
 
 def _slow_start(worker_id: int) -> None:
@@ -760,6 +765,29 @@ def test_workers_restarting_for_a_third_of_each_epoch_are_switched_once_the_verd
     assert tuned.seen == plain.seen  # the exact sequence of sample indices, across the switch
     assert "once the verdict had no measured loader setting to apply" in autotune_line(record)
     assert record.to_dict()["basis"] == BASIS_RESTARTS
+
+
+def test_a_start_up_the_first_epoch_hid_is_switched_at_the_next_epoch_end_before_any_verdict(
+    tmp_path: Path,
+) -> None:
+    # the first-epoch check's loader (2 workers, 0.3 s to start every epoch, 10 steps of microseconds) behind another
+    # callback's 0.35 s on_train_start: the first epoch's wait no longer shows the start-up, the second's does, and
+    # the verdict comes later still (wait=30): the second epoch's end switches, where before only the verdict's
+    # boundary would have (the fourth epoch's end at the earliest)
+    loader = _restarting_loader(Indexed(n=40))
+    torch.manual_seed(0)
+    tuned = Seen()
+    cb = BottleneckCallback(wait=30, warmup=1, active=3, verbose=False, trial_budget_s=0, autotune=True)
+    trainer = quiet_trainer(tmp_path, [SlowTrainStart(), cb], max_epochs=6)
+    trainer.fit(tuned, train_dataloaders=loader())
+    record = cb.report.autotune
+    assert cb._run is not None and cb._run.timer.epoch_start_wait_ms[0] < 150  # the first start-up hidden
+    assert record is not None and record.basis == BASIS_FIRST_EPOCH, (record.reason, record)
+    assert record.settings == {"num_workers": 0} and record.previous == {"num_workers": 2}, record
+    assert record.applied_at_step == 20 and record.applied_at_epoch == 2 and not record.mid_epoch, record
+    assert record.startup_ms is not None and record.startup_ms >= 250, record  # the second epoch's wait
+    assert record.status == KEPT and record.speedup is not None and record.speedup > 3, record
+    assert "after 2 epochs, before the verdict" in autotune_line(record)
 
 
 def test_the_first_epoch_check_acts_only_on_start_ups_that_dominate_the_epoch() -> None:

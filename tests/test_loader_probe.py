@@ -274,6 +274,11 @@ def test_a_probe_whose_choice_the_run_confirms_times_each_count_once_with_the_st
     # ... only num_workers=0 and the core count: twice that is left to the run, which races it for an epoch
     assert [r.num_workers for r in once.in_training] == [0, 2] and once.left_to_run == [4], once
     assert full.left_to_run == [], full
+    # ... where the run cannot race it (a fit with too few epochs left), twice the core count is timed too, once
+    both = probe_loader(
+        loader, budget_s=3.0, usable_cpus=2, train_step=lambda batch: None, run_confirms=True, run_races=False
+    )
+    assert [r.num_workers for r in both.in_training] == [0, 2, 4] and both.left_to_run == [], both
     # num_workers=0 timed once, beside the step: the ladder's rung is read from the same batches' fetches
     assert once.rungs[0].batches == once.in_training[0].batches, once
     # ... but not where CPU-bound loading stops after that rung: alone, a fast loader's window may settle sooner

@@ -32,10 +32,10 @@ where the sampler's position is kept, checked :data:`~lightning_bottleneck.rules
 later inside the same epoch, and undone there exactly (:mod:`lightning_bottleneck.live.autotune_in_epoch`); where the
 position cannot be kept, or the epoch is too short to check and pay back, nothing is applied and the record says why.
 
-Workers that restart every epoch are decided apart (:mod:`lightning_bottleneck.live.autotune_restart`): at the end
-of the first epoch, before the profiling window's verdict, where they spent most of it starting up
-(:func:`~lightning_bottleneck.rules.autotune.restart_bound`), and at the epoch boundary after a verdict that has no
-measured setting to apply, for a smaller share. Rank zero times a few batches loaded in the training process
+Workers that restart every epoch are decided apart (:mod:`lightning_bottleneck.live.autotune_restart`): at each
+epoch end before the profiling window's verdict, where they spent most of an epoch starting up (the first epoch's
+wait may hide some behind on_train_start: :func:`~lightning_bottleneck.rules.autotune.restart_bound`), and at the
+boundary after a verdict that has no measured setting to apply, for a smaller share. Rank zero times a few batches loaded in the training process
 (:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a fiftieth of that start-up) and picks
 ``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the
 switch, the check and the undo are the same as above. After such a switch the measurement stage does not probe
@@ -73,6 +73,7 @@ from lightning_bottleneck.live.autotune_steps import (
     cannot_apply,
     epochs_left,
     in_epoch_only,
+    probe_plan,
     spread,
     steps_since,
 )
@@ -182,8 +183,8 @@ class Autotuner:
         self.entries.append(self._epoch_steps(run))
         self.close()  # the loaders that finished the switched epoch: their workers go
         after_verdict = self.pending is not None and self.pending.settings is None  # it had nothing to apply
-        if self.state == WAITING and (after_verdict or (self.pending is None and len(self.entries) == 1)):
-            # workers restarted every epoch: the first epoch's end before any verdict, or once it had nothing
+        if self.state == WAITING and (after_verdict or self.pending is None):
+            # workers restarted every epoch: each epoch's end before any verdict, or once it had nothing
             payload = self._agreed(trainer, lambda: restart_choice(self, run, trainer, after_verdict))
             if payload.settings is not None:
                 self._apply(run, trainer, payload, mid_epoch=False)
@@ -409,10 +410,10 @@ class Autotuner:
             return choice._replace(in_epoch=True, alternative=None, reason=why)
         return choice
 
-    def confirms_loader(self, trainer: Any) -> bool:
-        """Whether a measured train-loader setting would be applied and timed on the run's own steps (the loader
-        probe then times each worker count once: ``measure(run_confirms=True)``)."""
-        return self.state == WAITING and self.pending is None and cannot_apply(trainer) is None
+    def probe_kwargs(self, trainer: Any) -> dict[str, Any]:
+        """What the measurement stage is told of autotune (:func:`~lightning_bottleneck.live.autotune_steps.
+        probe_plan`: ``measure``'s keywords)."""
+        return probe_plan(trainer, self.settled_loader(), self.state == WAITING and self.pending is None)
 
     def _decide(self, run: Any, trainer: Any) -> None:
         after = self.after_steps(current=self._epoch_steps(run) if self.in_epoch else None)

@@ -1,5 +1,5 @@
-"""Autotune's choice for workers that restart every epoch: decided at the end of the first epoch, before the
-profiling window's verdict, where they spent most of it starting up
+"""Autotune's choice for workers that restart every epoch: decided at each epoch's end before the profiling
+window's verdict, where they spent most of the epoch starting up
 (:func:`~lightning_bottleneck.rules.autotune.restart_bound`), or once the verdict had no measured loader setting
 to apply, where they spent a smaller share of it
 (:data:`~lightning_bottleneck.rules.autotune.RESTART_SHARE_AFTER_VERDICT`). Rank zero times a few batches loaded in
@@ -66,7 +66,7 @@ def restarting_loaders(trainer: Any) -> list[Any]:
 
 def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool = False) -> Choice:
     """The fix for workers that restart every epoch (rules/autotune.py: restart_bound, restart_fix), or None: at
-    the end of the first epoch where they spent most of it starting up (the verdict decides later), or, with
+    an epoch's end before the verdict where they spent most of an epoch starting up, or, with
     ``after_verdict`` (the verdict had no measured setting to apply), where they spent at least
     RESTART_SHARE_AFTER_VERDICT of it. Applied at the next epoch boundary."""
     share, basis = (
@@ -85,8 +85,9 @@ def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool
     epochs_left = length.epochs - (trainer.current_epoch + 1)
     # The start-up: Lightning creates the first epoch's iterator before the fit's on_train_start hooks
     # (FitLoop.setup_data), so the first epoch's wait is what is left of it after them; later epochs create theirs
-    # after on_train_epoch_start and wait for all of it. After the verdict, the later epochs' waits at their median.
-    start_ms = median(waits[1:]) if after_verdict and len(waits) > 1 else waits[0]
+    # after on_train_epoch_start and wait for all of it: from the second epoch on, their waits at their median (a
+    # first epoch whose on_train_start hooks hid the start-up is caught an epoch later, before the verdict too).
+    start_ms = median(waits[1:]) if len(waits) > 1 else waits[0]
     # the first epoch's steps at their median (the profiled ones, which may fall in it, are slower)
     epoch_steps_ms = (first - waits[0]) * length.steps_per_epoch
     if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms, share):

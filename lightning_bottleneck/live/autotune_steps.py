@@ -25,6 +25,7 @@ __all__ = [
     "cannot_apply",
     "epochs_left",
     "in_epoch_only",
+    "probe_plan",
     "spread",
     "steps_left_in_epoch",
     "steps_since",
@@ -87,6 +88,21 @@ def cannot_apply(trainer: Any, length: RunLength | None = None) -> str | None:
                 f"fewer than the {need} a switch within it needs (to wait, check and pay back)"
             )
     return None
+
+
+def probe_plan(trainer: Any, settled: str | None, waiting: bool) -> dict[str, Any]:
+    """What the measurement stage is told of autotune (``measure``'s keywords): ``train_loader_settled``, why the train
+    loader is not probed (autotune switched it already); ``run_confirms``, whether the run will apply a measured
+    setting and time it on its own steps (``waiting``: nothing chosen yet; the probe then times each worker count
+    once with the step); ``run_races``, whether it could then race the count the probe leaves to it for an epoch
+    (live/autotune_race.py), where not the probe times that count with the step too. A race starts at the boundary
+    after the check, with MIN_EPOCHS_LEFT epochs left; the check comes at the end of the running epoch or, where the
+    switch waits for the boundary, of the next: one epoch more is asked of the fit (one bounded by steps or time
+    only races, as :meth:`~lightning_bottleneck.live.autotune.Autotuner._decide` does)."""
+    confirms = waiting and cannot_apply(trainer) is None
+    left = epochs_left(trainer)
+    races = confirms and (left is None or left >= MIN_EPOCHS_LEFT + 1)
+    return {"train_loader_settled": settled, "run_confirms": confirms, "run_races": races}
 
 
 def steps_since(run: Any, start: int) -> list[float]:

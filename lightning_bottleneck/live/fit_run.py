@@ -361,8 +361,7 @@ class FitRun:
                 cpu_start=self.cpu_start,
                 cpu_end=self.cpu_end,
                 agree=self.gather.agree if self.world_size > 1 else None,
-                train_loader_settled=self.autotune.settled_loader() if self.autotune is not None else None,
-                run_confirms=self.autotune is not None and self.autotune.confirms_loader(trainer),
+                **(self.autotune.probe_kwargs(trainer) if self.autotune is not None else {}),
             )
         finally:
             self.batch = None

@@ -95,6 +95,7 @@ def probe_loader(
     epoch_batches: int | None = None,
     cpu_bound_budget_s: float | None = None,
     run_confirms: bool = False,
+    run_races: bool = True,
 ) -> LoaderLadder:
     """Measure a copy of ``loader`` at a ladder of worker counts and prefetch factors.
 
@@ -121,6 +122,9 @@ def probe_loader(
             not faster (``BottleneckCallback(autotune=True)``): the timings with the step take one pass over the
             counts (:func:`~lightning_bottleneck.measure.loader_with_step.time_in_training`), and with CPU-bound
             loading the ladder times no worker count alone (the step's timings decide there).
+        run_races: with ``run_confirms``, the run can race the worker count the timings with the step leave to it
+            (:attr:`LoaderLadder.left_to_run`) for an epoch once its choice is kept; False (a fit with too few epochs
+            left for that): CPU-bound loading times that count with the step too, once.
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")
@@ -184,7 +188,7 @@ def probe_loader(
                 time_in_training, plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed
             )
             if ladder.bound == BOUND_CPU and ladder.rung(0) is not None:
-                with_step(one_pass=run_confirms)
+                with_step(one_pass=run_confirms, race=run_races)
             elif ladder.bound == BOUND_WAIT:
                 # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
                 w = wait_bound_candidate(

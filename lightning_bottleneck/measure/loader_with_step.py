@@ -65,14 +65,15 @@ STEP_ALONE_MIN_STEPS = 3
 # only rank the counts (the run then times the one chosen against its own steps, on hundreds of steps, and switches
 # back when it is not faster), and every trial step is time the fit does not train. Issue 29's cpu_transform: three
 # windows of 0.23-0.26 s (num_workers 0, 2, 4: 27-48 batches each) were ~0.75 s of the ~0.95 s probe in a first
-# epoch ~0.9 s longer than the best setting's. Where the run confirms, a window need not rank the counts finely: on
-# this 2-core VM no length does (``python benchmarks/probe_windows.py --rounds 8 --windows 0.15,0.1,0.08``,
-# cpu_transform, thirty-third session: 2 workers against in-process loading read 0.77-1.10x at 0.15 s, 0.81-1.04x at
-# 0.10 s, 0.09-1.16x at 0.08 s, where over 8 epochs they train 0.96x), and a setting read faster by
-# rules/loader_pace.MEASURED_GAIN_MIN (1.10x) is what the run checks. 0.10 s, not 0.15 s: the probe took 0.346 s
-# against 0.455 s (medians), ~0.5% of cpu_transform's 24 s fit; 0.08 s saved 0.02 s more and read two probes of
-# eight at 0.09x and 0.28x. Two rounds at least (loader_rung.MIN_ROUNDS) are always timed.
-ONE_PASS_WINDOW_S = 0.10
+# epoch ~0.9 s longer than the best setting's; 0.15 s still holds 16+ batches of a loader as slow as its 9 ms
+# in-process ones, two rounds at least of 4 workers. Not shorter: at 0.10 s the probe took 0.346 s against 0.455 s
+# (medians, ``python benchmarks/probe_windows.py --rounds 8 --windows 0.15,0.1,0.08``, thirty-third session; 0.08 s
+# read two probes of eight at 0.09x and 0.28x), but in fits (``python benchmarks/autotune_payoff.py --workloads
+# cpu_transform --repeats 6``) 2 of 6 read 2 workers 1.10x faster or more and switched to them for the rest of the first
+# epoch (on the run 0.945x and 0.959x the step, inconclusive, undone), where at 0.15 s none of 9 fits had; the fit
+# read 0.974x paired (0.886-0.995x), 0.93x on the medians, its first epoch 3.91 s against 3.07 s untouched: the
+# 0.1 s saved did not show through this VM's noise, and the shorter reads trade it for more switches to undo.
+ONE_PASS_WINDOW_S = 0.15
 
 
 def time_step_alone(
@@ -108,6 +109,7 @@ def time_in_training(
     candidates: list[int] | None = None,
     epoch_batches: int | None = None,
     one_pass: bool = False,
+    race: bool = True,
 ) -> None:
     """Time the current worker count, ``num_workers=0`` (when the current count has workers), the usable core count
     and twice that with the training step (or the given ``candidates``), then the current count again (its two
@@ -124,12 +126,13 @@ def time_in_training(
     workers timed 2 412-2 906 and 2 418-2 764 samples/s in 0.15 s windows, a coin toss, where over 8 epochs 4
     trained 1-10% faster in every sweep (15.68 against 16.47 s, 17.50 / 17.63, 17.22 / 18.14, 19.14 / 19.50,
     19.42 / 21.46): the pick of 2 in a third of the fits cost up to ~1 s of its later epochs, and timing 4 cost
-    the probe ~0.3 s of its first."""
+    the probe ~0.3 s of its first. ``race=False`` (a fit with too few epochs left to race: one long epoch, where the
+    count applied stays to its end) times both counts once instead."""
     given = candidates is not None
     raced: list[int] = []
     if candidates is None:
         candidates = [max(1, cpus), IN_TRAINING_OVERSUBSCRIPTION * max(1, cpus)]
-        if one_pass and candidates[0] != current:
+        if one_pass and race and candidates[0] != current:
             # the run races the larger count against the one it applies (see the docstring)
             raced = [
                 c for c in (min(w, WAIT_BOUND_MAX_WORKERS) for w in candidates[1:]) if c != candidates[0]

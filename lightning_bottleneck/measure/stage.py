@@ -262,11 +262,13 @@ def measure(
     agree: Callable[[list[bool]], list[bool]] | None = None,
     train_loader_settled: str | None = None,
     run_confirms: bool = False,
+    run_races: bool = True,
 ) -> None:
     """Run every part of the stage that applies, into ``out``; a part that fails becomes a note.
     ``train_loader_settled``: why the train loader is not probed (autotune already switched it), else None.
     ``run_confirms``: autotune will apply the train loader's measured setting and time it on the run's own steps
-    (the probe's ``run_confirms``: one timing of each worker count with the step).
+    (the probe's ``run_confirms``: one timing of each worker count with the step); ``run_races``: it could then race
+    the worker count the probe leaves to it (the probe's ``run_races``).
 
     It reads the evidence so far (this rank's summary, the always-on timing, the run's configuration, the fit
     ledger) and fills what it measures: ``run_length``, ``contention``, ``window_check``, ``loader_ladder``,
@@ -314,6 +316,7 @@ def measure(
             pl_module,
             batch_idx,
             run_confirms,
+            run_races,
         )
     if trials and batch is not None:
         out.trials = _trials(
@@ -399,6 +402,7 @@ def _probe(
     pl_module: Any = None,
     batch_idx: int = 0,
     run_confirms: bool = False,
+    run_races: bool = True,
 ) -> LoaderLadder | None:
     """The train loader's probe; when the model trains on the CPU, worker counts are also timed with its
     step (:func:`~lightning_bottleneck.measure.trials.restored_trial_step`: nothing of the training changes)."""
@@ -422,6 +426,7 @@ def _probe(
         target_samples_per_s=target,
         cpu_bound_budget_s=cpu_bound,
         run_confirms=run_confirms,
+        run_races=run_races,
     )
     try:
         if module is None or not _steps_on_cpu(trainer, module):

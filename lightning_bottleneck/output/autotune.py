@@ -41,11 +41,12 @@ def basis_text(record: AutotuneRecord) -> str:
         if record.in_process_batch_ms is not None
         else ""
     )
-    when = (
-        "after the first epoch"
-        if record.basis == BASIS_FIRST_EPOCH
-        else "once the verdict had no measured loader setting to apply"
-    )
+    when = "once the verdict had no measured loader setting to apply"
+    if record.basis == BASIS_FIRST_EPOCH:  # at an epoch's end before the verdict (live/autotune_restart.py)
+        epochs = record.applied_at_epoch
+        when = (
+            "after the first epoch" if epochs in (None, 1) else f"after {epochs} epochs, before the verdict"
+        )
     return f" (chosen {when}: its workers, restarted every epoch, took {record.startup_ms:.0f} ms to start{loading})"
 
 

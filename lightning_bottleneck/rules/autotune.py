@@ -91,9 +91,9 @@ MIN_STEPS_AFTER_CHECK = MIN_CONFIRM_STEPS
 #: epoch before its first batch: every epoch left would then take at least twice its steps' time, a loss that no
 #: step-level noise fakes and that the window's verdict would only confirm an epoch or two later (issue 29's
 #: worker_restart: 0.45 s of start-up against 10 steps of 2 ms an epoch, so waiting for the verdict at step ~20 and
-#: the epoch-3 boundary cost two more start-ups than the whole best fit takes). Below it the verdict decides, as it
-#: does where the first epoch's wait shows only part of the start-up (Lightning starts that epoch's workers before
-#: the fit's on_train_start hooks).
+#: the epoch-3 boundary cost two more start-ups than the whole best fit takes). Below it the verdict decides. Where
+#: the first epoch's wait shows only part of the start-up (Lightning starts that epoch's workers before the fit's
+#: on_train_start hooks), the next epoch's end before the verdict checks again with the later epochs' waits.
 RESTART_SHARE_MIN = 0.5
 #: Once the mid-run verdict had no measured loader setting to apply (the loader probe found no worker count
 #: faster: the steady loading keeps up), workers restarted every epoch whose start-up (an epoch's wait for its first
