@@ -10,6 +10,7 @@ whether a longer window ranks the counts any better for what it costs the first 
 
     python benchmarks/probe_windows.py                                   # cpu_transform, 0.15 s against 0.08 s
     python benchmarks/probe_windows.py --windows 0.25,0.15,0.08 --rounds 8
+    python benchmarks/probe_windows.py --windows 0.15 --no-race       # a fit too short to race: both counts timed
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--budget", type=float, default=1.34, help="the probe's budget (s): its 30 s fit's automatic one"
     )
+    p.add_argument(
+        "--no-race",
+        action="store_true",
+        help="run_races=False: the probe of a fit with too few epochs left to race",
+    )
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     import torch
@@ -58,11 +64,16 @@ def main(argv: list[str] | None = None) -> None:
             with restored_trial_step(model, 0) as step:
                 t = time.perf_counter()
                 ladder = probe_mod.probe_loader(
-                    loader, budget_s=a.budget, train_step=step, run_confirms=True, cpu_bound_budget_s=a.budget
+                    loader,
+                    budget_s=a.budget,
+                    train_step=step,
+                    run_confirms=True,
+                    cpu_bound_budget_s=a.budget,
+                    run_races=not a.no_race,
                 )
                 elapsed = time.perf_counter() - t
             rates = {rung.num_workers: rung.samples_per_s for rung in ladder.in_training}
-            others = [n for n in rates if n]
+            others = sorted(n for n in rates if n)
             ratio = rates[others[0]] / rates[0] if 0 in rates and others and rates[0] > 0 else None
             results[window].append((elapsed, ratio))
             shown = ", ".join(f"{n} workers {v:.0f}/s" for n, v in sorted(rates.items()))
@@ -72,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         ratios = sorted(x for _, x in rows if x is not None)
         spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}x" if ratios else "-"
         print(
-            f"  window {window:.2f} s: probe {statistics.median(e for e, _ in rows):.3f} s (median); the core count "
+            f"  window {window:.2f} s: probe {statistics.median(e for e, _ in rows):.3f} s (median); the fewest workers "
             f"against in-process loading {spread} ({', '.join(f'{x:.2f}' for x in ratios)})"
         )
 
