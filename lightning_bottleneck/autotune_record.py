@@ -55,8 +55,8 @@ class AutotuneRecord:
     keep_line: str = ""  # the one line to put in the code to keep the setting without autotune
     basis: str = BASIS_VERDICT  # what the choice rested on (BASES)
     # first_epoch, restarts: the workers' start-up (the first epoch's wait for its first batch; from the second
-    # epoch's end on, the later epochs' at their median), and a step's batches loaded in the training process (timed there; one batch
-    # of each restarting loader under a CombinedLoader)
+    # epoch's end on, the later epochs' at their median), and a step's batches loaded in the training process
+    # (timed there; one batch of each restarting loader under a CombinedLoader)
     startup_ms: float | None = None
     in_process_batch_ms: float | None = None
     # the race, once the setting was kept (live/autotune_race.py): the other worker setting run for one epoch

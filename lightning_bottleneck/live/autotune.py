@@ -35,13 +35,13 @@ position cannot be kept, or the epoch is too short to check and pay back, nothin
 Workers that restart every epoch are decided apart (:mod:`lightning_bottleneck.live.autotune_restart`): at each
 epoch end before the profiling window's verdict, where they spent most of an epoch starting up (the first epoch's
 wait may hide some behind on_train_start: :func:`~lightning_bottleneck.rules.autotune.restart_bound`), and at the
-boundary after a verdict that has no measured setting to apply, for a smaller share. Rank zero times a few batches loaded in the training process
-(:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a fiftieth of that start-up) and picks
-``num_workers=0`` or ``persistent_workers=True`` (:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the
-switch, the check and the undo are the same as above. After such a switch the measurement stage does not probe
-the train loader again (its advice is settled by the switch). How the loaders are re-created with the same samples:
-:mod:`lightning_bottleneck.live.loader_switch`; at the fit's end or exception the workers of the iterators autotune
-put in the fit loop stop (:meth:`Autotuner.close`).
+boundary after a verdict that has no measured setting to apply, for a smaller share. Rank zero times a few batches
+loaded in the training process (:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a
+fiftieth of that start-up) and picks ``num_workers=0`` or ``persistent_workers=True``
+(:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the switch, the check and the undo are the same as above.
+After such a switch the measurement stage does not probe the train loader again (its advice is settled by the
+switch). How the loaders are re-created with the same samples: :mod:`lightning_bottleneck.live.loader_switch`; at the
+fit's end or exception the workers of the iterators autotune put in the fit loop stop (:meth:`Autotuner.close`).
 """
 
 from __future__ import annotations

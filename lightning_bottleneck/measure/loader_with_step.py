@@ -69,8 +69,8 @@ STEP_ALONE_MIN_STEPS = 3
 # in-process ones, two rounds at least of 4 workers. Not shorter: at 0.10 s the probe took 0.346 s against 0.455 s
 # (medians, ``python benchmarks/probe_windows.py --rounds 8 --windows 0.15,0.1,0.08``, thirty-third session; 0.08 s
 # read two probes of eight at 0.09x and 0.28x), but in fits (``python benchmarks/autotune_payoff.py --workloads
-# cpu_transform --repeats 6``) 2 of 6 read 2 workers 1.10x faster or more and switched to them for the rest of the first
-# epoch (on the run 0.945x and 0.959x the step, inconclusive, undone), where at 0.15 s none of 9 fits had; the fit
+# cpu_transform --repeats 6``) 2 of 6 read 2 workers 1.10x faster or more and switched to them for the rest of the
+# first epoch (on the run 0.945x and 0.959x the step, inconclusive, undone), where at 0.15 s none of 9 fits had; the fit
 # read 0.974x paired (0.886-0.995x), 0.93x on the medians, its first epoch 3.91 s against 3.07 s untouched: the
 # 0.1 s saved did not show through this VM's noise, and the shorter reads trade it for more switches to undo.
 ONE_PASS_WINDOW_S = 0.15
