@@ -66,13 +66,13 @@ STEP_ALONE_MIN_STEPS = 3
 # back when it is not faster), and every trial step is time the fit does not train. Issue 29's cpu_transform: three
 # windows of 0.23-0.26 s (num_workers 0, 2, 4: 27-48 batches each) were ~0.75 s of the ~0.95 s probe in a first
 # epoch ~0.9 s longer than the best setting's; 0.15 s still holds 16+ batches of a loader as slow as its 9 ms
-# in-process ones, two rounds at least of 4 workers. Not shorter: at 0.10 s the probe took 0.346 s against 0.455 s
-# (medians, ``python benchmarks/probe_windows.py --rounds 8 --windows 0.15,0.1,0.08``, thirty-third session; 0.08 s
-# read two probes of eight at 0.09x and 0.28x), but in fits (``python benchmarks/autotune_payoff.py --workloads
-# cpu_transform --repeats 6``) 2 of 6 read 2 workers 1.10x faster or more and switched to them for the rest of the
-# first epoch (on the run 0.945x and 0.959x the step, inconclusive, undone), where at 0.15 s none of 9 fits had; the fit
-# read 0.974x paired (0.886-0.995x), 0.93x on the medians, its first epoch 3.91 s against 3.07 s untouched: the
-# 0.1 s saved did not show through this VM's noise, and the shorter reads trade it for more switches to undo.
+# in-process ones, two rounds at least of 4 workers. 0.10 s was tried (thirty-third session): the probe took 0.346 s
+# against 0.455 s (medians, ``python benchmarks/probe_windows.py --rounds 8 --windows 0.15,0.1,0.08``; 0.08 s read two
+# probes of eight at 0.09x and 0.28x), and ``python benchmarks/autotune_payoff.py --workloads cpu_transform --repeats
+# 6`` read 0.974x paired (0.886-0.995x) at 0.10 s, 0.982x (0.917-1.011x) at 0.15 s an hour later; in both, some fits
+# read 2 workers 1.10x faster and switched to them for the rest of the first epoch, undone at its end as
+# inconclusive (2 of 6 at 0.10 s, 3 of 6 at 0.15 s, 0 of 9 in the session before): the 0.1 s did not show through
+# this VM's noise, and the length all eight workloads were measured at stays.
 ONE_PASS_WINDOW_S = 0.15
 
 
