@@ -5,8 +5,8 @@ model's own step, in a window of ``ONE_PASS_WINDOW_S`` (``measure/loader_with_st
 queue is drained; the timings only rank the counts, and the run then times the chosen one on its own steps. This
 runs the probe as autotune does on a workload of ``benchmarks/payoff_workloads.py`` (its loader and model, at
 ``--scale`` times its samples, the automatic budget of its 30 s fit), alternating the window lengths given, and
-prints for each length the probe's wall time and every probe's rate of the core count against in-process loading:
-whether a longer window ranks the counts any better for what it costs the first epoch.
+prints for each length the probe's wall time and every probe's rate of the fewest workers timed against in-process
+loading: whether a longer window ranks the counts any better for what it costs the first epoch.
 
     python benchmarks/probe_windows.py                                   # cpu_transform, 0.15 s against 0.08 s
     python benchmarks/probe_windows.py --windows 0.25,0.15,0.08 --rounds 8
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         ratios = sorted(x for _, x in rows if x is not None)
         spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}x" if ratios else "-"
         print(
-            f"  window {window:.2f} s: probe {statistics.median(e for e, _ in rows):.3f} s (median); the fewest workers "
-            f"against in-process loading {spread} ({', '.join(f'{x:.2f}' for x in ratios)})"
+            f"  window {window:.2f} s: probe {statistics.median(e for e, _ in rows):.3f} s (median); the fewest "
+            f"workers against in-process loading {spread} ({', '.join(f'{x:.2f}' for x in ratios)})"
         )
 
 
