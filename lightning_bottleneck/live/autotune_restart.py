@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_bottleneck.autotune_record import BASIS_FIRST_EPOCH, BASIS_RESTARTS
 from lightning_bottleneck.live.loader_switch import draws_every_epoch, eligible, epoch_batches
 from lightning_bottleneck.measure.loader_probe import time_in_process
+from lightning_bottleneck.measure.run_length import typical_step_ms
 from lightning_bottleneck.measure.stage import run_length
 from lightning_bottleneck.rules.autotune import (
     MIN_EPOCHS_LEFT,
@@ -22,6 +23,7 @@ from lightning_bottleneck.rules.autotune import (
     Choice,
     restart_bound,
     restart_fix,
+    restart_saving_ms,
 )
 
 if TYPE_CHECKING:  # the state machine that calls this (live/autotune.py imports this module)
@@ -36,17 +38,20 @@ __all__ = [
 ]
 
 #: The in-process timing of the first-epoch check takes at most this share of the start-up it would save once an
-#: epoch (a fiftieth: the check then costs the run far less than any epoch left gains; on issue 29's
-#: worker_restart 8 ms time ~60 batches of 0.13 ms, where one start-up is 0.4 s), and never more than the
+#: epoch (a twentieth: the check then costs the run far less than any epoch left gains; on issue 29's
+#: worker_restart 19 ms time ~150 batches of 0.13 ms, where one start-up is 0.4 s), and never more than the
 #: probe's shortest rung (loader_rung.MIN_MEASURE_S, 0.25 s). At least one batch is loaded whatever it takes.
-IN_PROCESS_TIMING_SHARE = 0.02
+#: A fiftieth until the thirty-fourth session: three windows of 2.5 ms, see below.
+IN_PROCESS_TIMING_SHARE = 0.05
 IN_PROCESS_TIMING_MAX_S = 0.25
-#: ... split into this many timings, their median taken (measure/loader_probe.time_in_process): a window of a few
-#: milliseconds that one stall falls in reads the loading several times slower. Issue 29's worker_restart: one
+#: ... split into this many timings, the fastest taken (measure/loader_probe.time_in_process): a window of a few
+#: milliseconds that a stall falls in reads the loading several times slower. Issue 29's worker_restart: one
 #: fit's 8 ms window read a batch at 0.66 ms where the others read 0.08-0.45 ms, and it kept persistent workers
 #: (twenty-eighth session); one fit of four kept them again in the twenty-ninth (3.73 s against 1.75-2.15 s for
-#: the three that load in-process). The median of three survives one disturbed window
-#: (tests/test_loader_probe.py: a 30 ms stall).
+#: the three that load in-process). The median of three, taken since, survives one disturbed window; in the
+#: thirty-fourth session one fit of three read 1.31 ms at the boundary after the verdict (the others 0.07 and
+#: 0.15 ms) and kept persistent workers again (2.13x, where the others' num_workers=0 gave 6.4-7.5x): the fastest
+#: of three survives two (tests/test_loader_probe.py), and the run's check undoes a fix that a fast read misled.
 IN_PROCESS_TIMINGS = 3
 
 
@@ -88,13 +93,23 @@ def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool
     # after on_train_epoch_start and wait for all of it: from the second epoch on, their waits at their median (a
     # first epoch whose on_train_start hooks hid the start-up is caught an epoch later, before the verdict too).
     start_ms = median(waits[1:]) if len(waits) > 1 else waits[0]
-    # the first epoch's steps at their median (the profiled ones, which may fall in it, are slower)
-    epoch_steps_ms = (first - waits[0]) * length.steps_per_epoch
+    # the first epoch's steps (the profiled ones left out: slower) at their typical time, the trimmed mean: workers
+    # that deliver together make their steps bimodal (one waits for both batches, the next finds its batch ready),
+    # and the median lands on the short mode (issue 29's io_wait_workers at its own size: an epoch of ~0.9 s read as
+    # a few steps' time, its 0.1 s wait as a fifth of it; kept workers were switched to and undone in 3 fits of 5)
+    steps = tuner.entries[0][1]
+    step_ms = typical_step_ms(steps) if steps else first - waits[0]
+    epoch_steps_ms = step_ms * length.steps_per_epoch
     if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms, share):
         return Choice(None)
     # a step takes a batch of every loader: in-process, their loading adds up (the budget shared among them)
     budget = min(IN_PROCESS_TIMING_SHARE * start_ms / 1e3, IN_PROCESS_TIMING_MAX_S) / len(loaders)
     times = [time_in_process(dl, budget, timings=IN_PROCESS_TIMINGS) for dl in loaders]
     batch_s = None if any(t is None for t in times) else sum(t for t in times if t is not None)
-    tuner.first_epoch = (start_ms, None if batch_s is None else batch_s * 1e3)
-    return Choice(restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s), basis=basis)
+    batch_ms = None if batch_s is None else batch_s * 1e3
+    tuner.first_epoch = (start_ms, batch_ms)
+    fix = restart_fix(start_ms / 1e3, length.steps_per_epoch, epochs_left, batch_s)
+    # kept workers would still wait for each epoch's first batch: the fix is weighed by what it saves
+    if not restart_bound(start_ms, epoch_steps_ms, share, restart_saving_ms(fix, start_ms, batch_ms)):
+        return Choice(None)
+    return Choice(fix, basis=basis)

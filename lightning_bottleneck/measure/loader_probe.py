@@ -221,9 +221,10 @@ def consumption_target(target: float | None, ladder: LoaderLadder) -> float | No
 def time_in_process(loader: DataLoader, budget_s: float, seed: int = 0, timings: int = 1) -> float | None:
     """Seconds a batch of ``loader`` takes loaded in this process (``num_workers=0``), timed for about
     ``budget_s`` (at least one batch), or None where the probe cannot copy the loader (an IterableDataset, no
-    len()) or the loading failed. With ``timings`` > 1 the budget is split into that many timings and their median
-    is returned: a window of a few milliseconds that one scheduler slice or page fault falls in reads several
-    times slower. Like the probe, the training loader, its sampler and the RNGs are left as they were."""
+    len()) or the loading failed. With ``timings`` > 1 the budget is split into that many timings and the fastest
+    is returned: a window of a few milliseconds that a scheduler slice, a page fault or another process falls in
+    reads several times slower, and nothing reads it faster (``timeit``'s reasoning for its minimum). Like the
+    probe, the training loader, its sampler and the RNGs are left as they were."""
     ladder = LoaderLadder(budget_s=budget_s, usable_cpus=1)
     plan = plan_probe(loader, ladder, seed)
     if plan is None:
@@ -236,7 +237,7 @@ def time_in_process(loader: DataLoader, budget_s: float, seed: int = 0, timings:
             if rung is None or rung.samples_per_s <= 0:
                 return None
             rates.append(rung.samples_per_s)
-    return plan.batch_size / statistics.median(rates)
+    return plan.batch_size / max(rates)
 
 
 # A bigger batch's fetch (issue 28): the fewest pairs its added time is taken from (the median of 3 survives one
