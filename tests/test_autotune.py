@@ -828,18 +828,19 @@ def _quick_start(worker_id: int) -> None:
 
 
 class Bursty(Seen):
-    """Every third step sleeps 0.15 s, the others take ~1 ms: the median step is the short mode (as with workers that
+    """Every third step sleeps 0.25 s, the others take ~1 ms: the median step is the short mode (as with workers that
     deliver together), the trimmed mean what an epoch takes a step."""
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if batch_idx % 3 == 0:
-            time.sleep(0.15)
+            time.sleep(0.25)
         return super().training_step(batch, batch_idx)
 
 
 def test_a_start_up_short_beside_an_epoch_of_bursty_steps_is_left_alone(tmp_path: Path) -> None:
-    # 2 workers that start in ~70 ms, every epoch, for 10 steps of which every third sleeps 0.15 s (~0.5 s an epoch):
-    # the start-up is about an eighth of the epoch, under a fifth even once the verdict has nothing measured. Before,
+    # 2 workers that start in ~70 ms, every epoch, for 10 steps of which every third sleeps 0.25 s (~1 s an epoch):
+    # the start-up is under a tenth of the epoch, under a fifth even once the verdict has nothing measured (up to a
+    # start-up of ~210 ms: one beside a busy core in a full run crossed it with 0.15 s sleeps). Before,
     # the check weighed it against the median step (~1 ms: 10 ms an epoch) and switched at the first epoch's end
     # (issue 29's io_wait_workers: persistent workers applied and undone in 3 fits of 5, 0.966x)
     def loader() -> DataLoader:
@@ -857,7 +858,7 @@ def test_a_start_up_short_beside_an_epoch_of_bursty_steps_is_left_alone(tmp_path
     waits = cb._run.timer.epoch_start_wait_ms
     assert record is not None and record.status == NOT_APPLIED and record.settings == {}, (record, waits)
     assert trainer.train_dataloader.num_workers == 2 and not trainer.train_dataloader.persistent_workers
-    assert 40 <= sorted(waits)[len(waits) // 2] < 100, waits  # the start-up the test is built on
+    assert 40 <= sorted(waits)[len(waits) // 2] < 200, waits  # the start-up the test is built on
 
 
 def test_kept_workers_are_weighed_by_what_they_save_not_the_whole_wait() -> None:
