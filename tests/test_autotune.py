@@ -617,7 +617,7 @@ def test_a_switch_that_fails_on_the_second_loader_leaves_the_first_where_it_was(
     # position back (loader_switch.uncut), nothing is applied, and the samples are those of the fit without autotune
     import lightning_bottleneck.live.loader_switch as switch
 
-    data = Indexed(n=400, in_worker_s=0.001)
+    data = Indexed(n=800, in_worker_s=0.001)
 
     def combined() -> CombinedLoader:
         return CombinedLoader({"a": _one_worker(data)(), "b": _one_worker(data)()}, "max_size_cycle")
@@ -635,7 +635,7 @@ def test_a_switch_that_fails_on_the_second_loader_leaves_the_first_where_it_was(
     tuned, trainer, cb = _fit(tmp_path, True, combined, epochs=1)
     record = cb.report.autotune
     assert record is not None and record.status == NOT_APPLIED and "injected" in record.reason, record
-    assert len(calls) == 2 and tuned.seen == plain.seen and len(tuned.seen) == 100
+    assert len(calls) == 2 and tuned.seen == plain.seen and len(tuned.seen) == 200
     assert all(dl.num_workers == 1 for dl in trainer.fit_loop._combined_loader.flattened)
 
 
