@@ -97,9 +97,9 @@ def restart_choice(tuner: Autotuner, run: Any, trainer: Any, after_verdict: bool
     # that deliver together make their steps bimodal (one waits for both batches, the next finds its batch ready),
     # and the median lands on the short mode (issue 29's io_wait_workers at its own size: an epoch of ~0.9 s read as
     # a few steps' time, its 0.1 s wait as a fifth of it; kept workers were switched to and undone in 3 fits of 5)
-    steps = tuner.entries[0][1]
-    step_ms = typical_step_ms(steps) if steps else first - waits[0]
-    epoch_steps_ms = step_ms * length.steps_per_epoch
+    steps = tuner.entries[0][1]  # none timed outside the profiled window: the wait alone
+    epoch_steps_ms = (typical_step_ms(steps) if steps else 0.0) * length.steps_per_epoch
+    # the whole wait first: what a fix saves is at most that, and the in-process timing is spent only past it
     if epochs_left < MIN_EPOCHS_LEFT or not restart_bound(start_ms, epoch_steps_ms, share):
         return Choice(None)
     # a step takes a batch of every loader: in-process, their loading adds up (the budget shared among them)

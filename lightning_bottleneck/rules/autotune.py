@@ -230,7 +230,7 @@ def restart_saving_ms(fix: dict[str, Any], start_ms: float, in_process_batch_ms:
     (``persistent_workers=True``) no longer start, but the first batch of each epoch still waits for a worker to
     load it whole (a batch loaded in this process, ``in_process_batch_ms``, as long); ``num_workers=0`` saves the
     whole wait (restart_fix weighed its loading over the epochs left). Issue 29's io_wait_workers at its own size
-    (two workers, 16 samples that sleep 3 ms a batch): a wait of 92-111 ms of which 51 ms was the first batch; kept
+    (two workers, batches of 16 samples that sleep 3 ms each): a wait of 92-111 ms of which 51 ms was the first batch; kept
     workers saved 0-8% of the epoch, within the check's noise, and were undone in 3 fits of 5 (0.966x of the
     callback's fit; thirty-fourth session)."""
     if fix.get("persistent_workers") and in_process_batch_ms is not None and in_process_batch_ms > 0:
