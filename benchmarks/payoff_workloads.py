@@ -295,6 +295,10 @@ class Workload:
 
 _WORKERS: list[dict[str, Any]] = [{"num_workers": w, "persistent_workers": True} for w in (1, 2, 4, 8)]
 _COMPUTE: list[dict[str, Any]] = [{"precision": "bf16-mixed"}, {"compile": True}]
+# The same worker counts with the training process at one intra-op thread (``torch.set_num_threads(1)``): beside
+# CPU-bound workers, a CPU step's spinning OpenMP threads take their cores (measure/host_threads.py; cpu_transform's
+# 8 epochs: 28.49 s with 2 workers at 2 threads, 17.57 s at one), and the advice now sets them with the workers.
+_WORKERS_ONE_THREAD: list[dict[str, Any]] = [{**s, "torch_threads": 1} for s in _WORKERS]
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -316,7 +320,7 @@ WORKLOADS: dict[str, Workload] = {
             {"kind": "heavy", "n": 384, "dim": 32, "size": 96, "rounds": 3},
             {"batch_size": 16, "num_workers": 0},
             2,
-            _WORKERS[:3],
+            _WORKERS[:3] + _WORKERS_ONE_THREAD[:3],
             per_fit=True,
         ),
         Workload(
@@ -484,7 +488,7 @@ WORKLOADS: dict[str, Workload] = {
             {"kind": "heavy", "n": 512, "dim": 32, "size": 48, "rounds": 2},
             {"batch_size": 32, "num_workers": 0},
             2,
-            _WORKERS[:2],
+            _WORKERS[:2] + _WORKERS_ONE_THREAD[:2],
             per_fit=True,
         ),
         Workload(
@@ -611,6 +615,8 @@ def build(
             continue
         elif k == "float32_matmul_precision":
             torch.set_float32_matmul_precision(str(v))
+        elif k == "torch_threads":  # the training process's intra-op threads beside the workers (a CPU step)
+            torch.set_num_threads(int(v))
         elif k in TRAINER_KEYS:
             trainer_kw[k] = v
         else:

@@ -228,3 +228,34 @@ NOT_COMPUTE_OPS = re.compile(
     r"^(aten::(_local_scalar_dense|item|is_nonzero|_nested\w*|wait\w*|record_stream)|c10d|gloo|nccl|"
     r"record_param_comms)"
 )
+
+
+# ---- settings that are not DataLoader arguments ------------------------------------------------------------
+
+#: A loader setting's companion in the training process: ``torch.set_num_threads(n)`` beside the workers, where the
+#: step runs on the CPU (measure/host_threads.py). It travels in the same settings dict as the DataLoader arguments
+#: it was timed with; :func:`loader_arguments` and :func:`code_line` keep it out of the ``DataLoader(...)`` call.
+TORCH_THREADS = "torch_threads"
+
+
+def loader_arguments(settings: dict[str, object]) -> dict[str, object]:
+    """The DataLoader arguments of a loader setting (:data:`TORCH_THREADS` left out)."""
+    return {k: v for k, v in settings.items() if k != TORCH_THREADS}
+
+
+def code_line(settings: dict[str, object], head: list[str]) -> str:
+    """The code that applies a loader setting: ``DataLoader(<head>, num_workers=4)``, followed by
+    ``; torch.set_num_threads(1)`` where the setting holds :data:`TORCH_THREADS`."""
+    args = head + [f"{k}={v!r}" for k, v in loader_arguments(settings).items()]
+    line = f"DataLoader({', '.join(args)})"
+    if TORCH_THREADS in settings:
+        line += f"; torch.set_num_threads({settings[TORCH_THREADS]!r})"
+    return line
+
+
+def settings_words(settings: dict[str, object]) -> str:
+    """A loader setting in words: ``num_workers=2, persistent_workers=True, torch.set_num_threads(1)``."""
+    words = [f"{k}={v!r}" for k, v in loader_arguments(settings).items()]
+    if TORCH_THREADS in settings:
+        words.append(f"torch.set_num_threads({settings[TORCH_THREADS]!r})")
+    return ", ".join(words)

@@ -233,6 +233,58 @@ def test_persistent_workers_switched_mid_epoch_start_once(tmp_path: Path, forced
     assert tuned.seen == plain.seen  # the rest of the switched epoch, then whole epochs drawn as before
 
 
+class SeenThreads(Seen):
+    """Also records the training process's intra-op threads at every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.threads.append(torch.get_num_threads())
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("in_worker_s", [0.004, 0.03], ids=["faster", "slower"])
+def test_a_setting_timed_at_fewer_threads_holds_them_while_it_runs_and_gives_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_worker_s: float
+) -> None:
+    """Issue 29's cpu_transform: the workers were timed beside a CPU step at the one intra-op thread they leave the
+    training process (measure/host_threads.py), so the setting carries it (``torch_threads``): set with the loaders,
+    the user's count back when the check undoes it (from the decision on) and when the fit ends; the line to keep it
+    sets it beside the DataLoader."""
+    import lightning_bottleneck.live.autotune as live
+
+    setting = {**WORKERS, "torch_threads": 1}
+    monkeypatch.setattr(live, "choose", lambda report, accelerator, left_to_run=None: Choice(dict(setting)))
+    data = Indexed(n=82, in_process_s=0.004, in_worker_s=in_worker_s)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = SeenThreads()
+        cb = BottleneckCallback(**FAST, autotune=True)
+        trainer = quiet_trainer(tmp_path, [cb], max_epochs=8)
+        trainer.fit(model, train_dataloaders=_loader(data, True))
+        after_fit = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    record = cb.report.autotune
+    assert record is not None and record.settings == setting, record
+    at = record.applied_at_step
+    assert at is not None and set(model.threads[:at]) == {2}, (at, model.threads)
+    if record.status == KEPT:  # (the faster one; a loaded machine may undo it)
+        assert set(model.threads[at:]) == {1}, (at, model.threads)
+    else:
+        decided = record.decided_at_step
+        assert record.status == UNDONE and decided is not None, record
+        assert set(model.threads[at:decided]) == {1} and set(model.threads[decided:]) == {2}, model.threads
+    assert in_worker_s == 0.004 or record.status == UNDONE, record
+    assert after_fit == 2  # the user's count, once the fit is over
+    assert record.keep_line.endswith("persistent_workers=True); torch.set_num_threads(1)"), record
+    line = autotune_line(record)
+    assert "torch.set_num_threads(1)" in line and "torch_threads" not in line, line
+
+
 def test_a_slower_setting_is_undone_and_its_workers_are_shut_down(tmp_path: Path, forced: None) -> None:
     data = Indexed(in_process_s=0.003, in_worker_s=0.03)  # 12 ms a batch in-process, 120 ms in a worker
     plain, _, _ = _fit(tmp_path, False, lambda: _loader(data, True))

@@ -928,3 +928,65 @@ def test_the_in_process_timing_split_in_three_reads_past_disturbed_windows() -> 
     # a second stall a few batches into the second timing (the first ends at its stall, ~200 calls in)
     two = time_in_process(DataLoader(OneHiccup(again=260), batch_size=4), 0.045, timings=3)
     assert two is not None and two - clean < (single - clean) / 2, (two, single, clean)
+
+
+def test_cpu_bound_workers_are_timed_beside_a_cpu_step_at_the_threads_they_leave() -> None:
+    """Issue 29's cpu_transform (2 cores): two intra-op threads that spin beside CPU-bound workers take their cores,
+    an 8-epoch fit with 2 workers took 28.49 s, 17.57 s at one thread (measure/host_threads.py). Where the step runs on
+    the CPU, each worker count is timed with the training process at the cores its workers leave (here 1), the
+    process's own count back after each; the in-process rung runs at the process's own count."""
+    loader = DataLoader(Heavy(), batch_size=8)
+    seen: list[tuple[bool, int]] = []
+
+    def step(batch: Any) -> None:
+        seen.append((torch.utils.data.get_worker_info() is None, torch.get_num_threads()))
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        capped = probe_loader(
+            loader, budget_s=3.0, usable_cpus=2, train_step=step, run_confirms=True, step_on_cpu=True
+        )
+        assert torch.get_num_threads() == 2  # back after the probe
+        during = {threads for _, threads in seen}
+        seen.clear()
+        plain = probe_loader(loader, budget_s=3.0, usable_cpus=2, train_step=step, run_confirms=True)
+        assert {threads for _, threads in seen} == {2}, seen  # not a CPU step: the threads are left alone
+    finally:
+        torch.set_num_threads(before)
+    assert capped.bound == BOUND_CPU and [r.num_workers for r in capped.in_training] == [0, 2], capped
+    assert [r.threads for r in capped.in_training] == [None, 1], capped
+    assert during == {1, 2}, during  # the in-process rung at 2, the workers' at 1
+    assert [r.threads for r in plain.in_training] == [None, None], plain
+    again = LoaderLadder.from_dict(capped.to_dict())
+    assert [r.threads for r in again.in_training] == [None, 1]
+
+
+def test_workers_timed_at_fewer_threads_are_advised_with_them() -> None:
+    """The figure holds only with the threads it was timed at: the advice carries ``torch_threads`` and says to set
+    them with the workers (here the interim setting of CPU-bound loading short of the model); a count timed at the
+    process's own threads carries none."""
+    cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
+
+    def advised(threads: int | None) -> Recommendation:
+        trained = [_rung(0, 1_000.0, 0.0), _rung(2, 1_700.0, 0.1)]
+        trained[1].threads = threads
+        ladder = LoaderLadder([_rung(0, 1_100.0, 0.0)], BOUND_CPU, 16, 2, in_training=trained)
+        plan = plan_loader(
+            ladder,
+            cfg,
+            consumption_samples_per_s=1_500.0,
+            data_wait_share=0.8,
+            step_s=0.016,
+            steps_per_epoch=100,
+            epochs=8,
+        )
+        return next(r for r in loader_recommendations(plan, cfg) if "num_workers" in r.settings)
+
+    capped = advised(1)
+    assert capped.settings == {"num_workers": 2, "torch_threads": 1, "persistent_workers": True}, capped
+    assert "Until then, num_workers=2, persistent_workers=True, torch.set_num_threads(1):" in capped.detail
+    assert "torch_threads" not in capped.detail
+    own = advised(None)
+    assert own.settings == {"num_workers": 2, "persistent_workers": True}, own
+    assert "set_num_threads" not in own.detail

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_bottleneck.autotune_record import UNDONE, AutotuneRecord
+from lightning_bottleneck.vocabulary import code_line, settings_words
 
 __all__ = ["keep_line", "settled_note"]
 
@@ -12,14 +13,12 @@ __all__ = ["keep_line", "settled_note"]
 def keep_line(settings: dict[str, Any], batch_size: int | None = None) -> str:
     """The line for the user's code: ``DataLoader(dataset, batch_size=32, num_workers=4, persistent_workers=True)``
     (their own arguments stay as they are; these are the ones to add or change)."""
-    args = ["dataset"] + ([f"batch_size={batch_size}"] if batch_size else []) + ["..."]
-    args += [f"{k}={v!r}" for k, v in settings.items()]
-    return f"DataLoader({', '.join(args)})"
+    return code_line(settings, ["dataset"] + ([f"batch_size={batch_size}"] if batch_size else []) + ["..."])
 
 
 def settled_note(record: AutotuneRecord, left_out: int) -> str:
     """The note saying which DataLoader advice autotune's switch settled (``left_out`` recommendations)."""
-    what = ", ".join(f"{k}={v!r}" for k, v in record.settings.items())
+    what = settings_words(record.settings)
     if record.status == UNDONE:
         return (
             f"Not advised: {what}. Autotune applied it on this run and switched back "

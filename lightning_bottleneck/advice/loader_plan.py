@@ -17,6 +17,7 @@ from lightning_bottleneck.evidence import RunConfig
 from lightning_bottleneck.report import Recommendation
 from lightning_bottleneck.rules.loader_choice import LoaderAdvice, LoaderChange, LoaderPlan
 from lightning_bottleneck.rules.loader_pace import COVER_MARGIN
+from lightning_bottleneck.vocabulary import code_line, settings_words
 
 __all__ = ["loader_recommendation", "loader_recommendations"]
 
@@ -108,7 +109,7 @@ def _words(c: LoaderChange) -> tuple[str, str]:
 
 
 def _describe(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    return settings_words(settings)
 
 
 def _snippet(settings: dict[str, Any], cfg: RunConfig, workers: int) -> str:
@@ -117,5 +118,4 @@ def _snippet(settings: dict[str, Any], cfg: RunConfig, workers: int) -> str:
         args.append(f"batch_size={cfg.batch_size}")
     if "num_workers" not in settings and workers:
         args.append(f"num_workers={workers}")
-    args += [f"{k}={v!r}" for k, v in settings.items()]
-    return f"DataLoader({', '.join(args)})"
+    return code_line(settings, args)

@@ -16,6 +16,7 @@ from lightning_bottleneck.advice.ranked import ranked_recommendations
 from lightning_bottleneck.categories import Category
 from lightning_bottleneck.evidence import Evidence, RunConfig
 from lightning_bottleneck.report import Finding, Recommendation
+from lightning_bottleneck.vocabulary import code_line
 
 if TYPE_CHECKING:
     from lightning_bottleneck.rules.ranking import Ranking
@@ -34,8 +35,7 @@ def _loader(settings: dict[str, object], cfg: RunConfig) -> str:
     args = ["dataset"]
     if cfg.batch_size is not None and "batch_size" not in settings:
         args.append(f"batch_size={cfg.batch_size}")
-    args += [f"{k}={v!r}" for k, v in settings.items()]
-    return f"DataLoader({', '.join(args)})"
+    return code_line(settings, args)
 
 
 # Offline (a trace alone) the machine's CPUs are unknown: 4 workers is the usual starting point (the

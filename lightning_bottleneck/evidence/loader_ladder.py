@@ -35,6 +35,9 @@ class Rung:
     # started) to the last one stepped: an epoch as the fit will run it, its prefetch queue filling from empty
     # (None: not timed, the epoch longer than the rung ran)
     epoch_s: float | None = None
+    # with the training step on the CPU, the training process's intra-op threads while this count's workers loaded
+    # (measure/host_threads.py: the cores they leave); None: the process's own count
+    threads: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +53,7 @@ class Rung:
             "shutdown_s": round(self.shutdown_s, 4),
             "spawn_s": round(self.spawn_s, 4),
             "epoch_s": None if self.epoch_s is None else round(self.epoch_s, 4),
+            "threads": self.threads,
         }
 
     @classmethod
@@ -67,6 +71,7 @@ class Rung:
             shutdown_s=float(d.get("shutdown_s", 0.0)),
             spawn_s=float(d.get("spawn_s", 0.0)),
             epoch_s=None if d.get("epoch_s") is None else float(d["epoch_s"]),
+            threads=None if d.get("threads") is None else int(d["threads"]),
         )
 
     @property

@@ -4,19 +4,16 @@ time it against the steps before, keep it only when faster beyond noise, else sw
 The state machine runs at epoch ends (``on_train_epoch_end``), on every rank at the same epoch:
 
 1. *waiting*: once the mid-run verdict exists, global rank zero picks the setting
-   (:func:`~lightning_bottleneck.rules.autotune.choose`: the loader plan's measured advice, only
-   ``num_workers`` / ``persistent_workers`` / ``prefetch_factor`` / ``pin_memory`` on a GPU) and broadcasts it
-   through the strategy (``trainer.strategy.broadcast``); every rank re-creates its train DataLoader(s) with it
-   through Lightning's own machinery (``_get_dataloader_init_args_and_kwargs`` + ``_reinstantiate_wrapped_cls``:
-   the arguments the user's DataLoader was built with, captured by Lightning, with the same sampler object), and
-   puts them in the fit loop's ``CombinedLoader`` (``flattened``), so the next epoch iterates them. Every train
-   loader of a ``CombinedLoader`` gets the setting.
+   (:func:`~lightning_bottleneck.rules.autotune.choose`: the loader plan's measured advice, only ``num_workers`` /
+   ``persistent_workers`` / ``prefetch_factor`` / ``pin_memory`` on a GPU, and the training process's intra-op
+   threads its workers were timed beside on a CPU step: :mod:`lightning_bottleneck.live.autotune_threads`) and
+   broadcasts it (``trainer.strategy.broadcast``); every rank re-creates its train DataLoader(s) with it through
+   Lightning's own machinery (the arguments Lightning captured from the user's DataLoader, the same sampler object)
+   and puts them in the fit loop's ``CombinedLoader`` (``flattened``): every train loader gets the setting.
    Where the sampler's position can be kept exactly (:func:`~lightning_bottleneck.live.loader_switch.
    can_switch_mid_epoch`) the switch is made mid-epoch instead, :data:`~lightning_bottleneck.rules.autotune.
-   CLEAN_BEFORE_STEPS` steps after the verdict (:data:`~lightning_bottleneck.rules.autotune.CLEAN_BEFORE_MIN`
-   when the advice predicts :data:`~lightning_bottleneck.rules.autotune.LARGE_GAIN_MIN` or more): those steps
-   are what the setting is judged against, not the fit's warm-up, the profiled window and the steps beside the
-   window's analysis.
+   CLEAN_BEFORE_STEPS` steps after the verdict (``CLEAN_BEFORE_MIN`` when the advice predicts ``LARGE_GAIN_MIN`` or
+   more): those steps are what the setting is judged against, not the fit's warm-up and the profiled window.
 2. *trial*: after at least :data:`~lightning_bottleneck.rules.autotune.MIN_CONFIRM_STEPS` steps and one epoch,
    rank zero compares the steps after with the steps before
    (:func:`~lightning_bottleneck.rules.autotune.decide`, the noise-aware comparison of ``compare``) and
@@ -38,10 +35,9 @@ wait may hide some behind on_train_start: :func:`~lightning_bottleneck.rules.aut
 boundary after a verdict that has no measured setting to apply, for a smaller share. Rank zero times a few batches
 loaded in the training process (:func:`~lightning_bottleneck.measure.loader_probe.time_in_process`, within a
 fiftieth of that start-up) and picks ``num_workers=0`` or ``persistent_workers=True``
-(:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the switch, the check and the undo are the same as above.
-After such a switch the measurement stage does not probe the train loader again (its advice is settled by the
-switch). How the loaders are re-created with the same samples: :mod:`lightning_bottleneck.live.loader_switch`; at the
-fit's end or exception the workers of the iterators autotune put in the fit loop stop (:meth:`Autotuner.close`).
+(:func:`~lightning_bottleneck.rules.autotune.restart_fix`); the switch, the check and the undo are as above, and the
+train loader is not probed again. The same samples: :mod:`lightning_bottleneck.live.loader_switch`; at the fit's end
+or exception the workers autotune put in the fit loop stop (:meth:`Autotuner.close`), the user's threads come back.
 """
 
 from __future__ import annotations
@@ -77,6 +73,7 @@ from lightning_bottleneck.live.autotune_steps import (
     spread,
     steps_since,
 )
+from lightning_bottleneck.live.autotune_threads import HeldThreads
 from lightning_bottleneck.live.loader_batches import Drain
 from lightning_bottleneck.live.loader_switch import (
     can_switch_mid_epoch,
@@ -102,6 +99,7 @@ from lightning_bottleneck.rules.autotune import (
     choose,
     decide,
 )
+from lightning_bottleneck.vocabulary import loader_arguments
 
 #: ``switch_at`` when no mid-epoch switch waits (the fit's own "never" step).
 NO_SWITCH = 2**62
@@ -143,7 +141,7 @@ class Autotuner:
         self.alternative: dict[str, Any] | None = None
         self.first_steps: list[float] = []
         self.raced: list[Any] = []
-        self.race_from = 0
+        self.race_from, self.threads = 0, HeldThreads()  # threads: the process's, as a setting holds them
 
     # ------------------------------------------------------------------ timing per epoch
     def epoch_start(self, run: Any) -> None:
@@ -175,6 +173,7 @@ class Autotuner:
                 for dl, original in zip([*self.replaced, *self.raced], [*self.originals, *self.originals]):
                     if dl is not original:
                         shutdown_workers(dl)
+                self.threads.restore()
             self._failed(err)
 
     def _epoch_end(self, run: Any, trainer: Any) -> None:
@@ -322,7 +321,7 @@ class Autotuner:
             # a loader that already has the settings (one without workers, under the restart fix) stays as it is
             replaced = [
                 recreate(dl, settings)
-                if eligible(dl, batches) and loader_settings(dl, settings) != settings
+                if eligible(dl, batches) and loader_settings(dl, settings) != loader_arguments(settings)
                 else dl
                 for dl in originals
             ]
@@ -346,6 +345,7 @@ class Autotuner:
                 f"Lightning could not re-create the train DataLoader ({type(err).__name__}: {err})"
             )
             return
+        self.threads.hold(settings)
         for i, it in rest:  # from the next batch on, the rest of this epoch comes from the new setting
             running[i] = continue_epoch(running[i], it, originals[i])
         rest = [(i, running[i]) for i, _ in rest]
@@ -446,6 +446,7 @@ class Autotuner:
             if dl is not original:
                 shutdown_workers(dl)
         self.close()
+        self.threads.restore()
         record.status = UNDONE
         record.undone_at_epoch = trainer.current_epoch + (0 if self.in_epoch else 1)
         record.reason = decision.reason

@@ -45,6 +45,7 @@ def start_race(tuner: Autotuner, trainer: Any, settings: dict[str, Any]) -> None
         if dl is not original:
             shutdown_workers(dl)
     tuner.raced, tuner.race_from = raced, len(tuner.entries)
+    tuner.threads.hold(settings)
     if any(not draws_every_epoch(dl) for dl, o in zip(raced, tuner.originals) if dl is not o):
         # persistent workers start once: keeping them does not pay it again
         tuner.one_off.add(tuner.race_from)
@@ -92,5 +93,6 @@ def finish_race(tuner: Autotuner, run: Any, trainer: Any) -> None:
             if dl is not original:
                 shutdown_workers(dl)
         tuner.replaced = back
+        tuner.threads.hold(record.settings)
     tuner.raced = []
     tuner.say(f"autotune {race_line(record)}")

@@ -176,6 +176,7 @@ class FitRun:
         if fit_over and self.autotune is not None:
             with contextlib.suppress(Exception):
                 self.autotune.close()
+            self.autotune.threads.restore()  # the user's intra-op threads (never raises)
         self.next_work = NEVER
         self.batch = None
         analysis = self.analysis

@@ -34,6 +34,7 @@ from lightning_bottleneck.live.loader_batches import (
     SameDraws,
     shutdown_iterator,
 )
+from lightning_bottleneck.vocabulary import loader_arguments
 
 __all__ = [
     "back_to_own_setting",
@@ -169,7 +170,9 @@ def can_switch_mid_epoch(trainer: Any, settings: dict[str, Any] | None) -> bool:
     batches = epoch_batches(combined)
     found = False
     for dl, it in zip(combined.flattened, running):
-        if not eligible(dl, batches) or (settings is not None and loader_settings(dl, settings) == settings):
+        if not eligible(dl, batches) or (
+            settings is not None and loader_settings(dl, settings) == loader_arguments(settings)
+        ):
             continue
         queued = _queued(it)
         if (

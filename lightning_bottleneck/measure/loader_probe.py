@@ -96,6 +96,7 @@ def probe_loader(
     cpu_bound_budget_s: float | None = None,
     run_confirms: bool = False,
     run_races: bool = True,
+    step_on_cpu: bool = False,
 ) -> LoaderLadder:
     """Measure a copy of ``loader`` at a ladder of worker counts and prefetch factors.
 
@@ -125,6 +126,10 @@ def probe_loader(
         run_races: with ``run_confirms``, the run can race the worker count the timings with the step leave to it
             (:attr:`LoaderLadder.left_to_run`) for an epoch once its choice is kept; False (a fit with too few epochs
             left for that): CPU-bound loading times that count with the step too, once.
+        step_on_cpu: the training step runs on the CPU; with CPU-bound loading, worker counts are then timed with the
+            step at the intra-op threads their workers leave the training process
+            (:mod:`~lightning_bottleneck.measure.host_threads`: OpenMP threads that spin beside the workers take
+            their cores), and the advice (and autotune) sets them with the workers (``torch_threads``).
     """
     if budget_s < 0:
         raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s!r}")
@@ -188,7 +193,7 @@ def probe_loader(
                 time_in_training, plan, ladder, cpus, current, train_step, memory_budget_bytes, deadline, seed
             )
             if ladder.bound == BOUND_CPU and ladder.rung(0) is not None:
-                with_step(one_pass=run_confirms, race=run_races)
+                with_step(one_pass=run_confirms, race=run_races, cap_threads=step_on_cpu)
             elif ladder.bound == BOUND_WAIT:
                 # the count the ladder found covering the model, fed to the model's own step (issue 28 item 2)
                 w = wait_bound_candidate(

@@ -13,6 +13,7 @@ from typing import Any
 
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder, Rung
 from lightning_bottleneck.measure.cpus import psutil_module
+from lightning_bottleneck.measure.host_threads import held_threads
 from lightning_bottleneck.measure.loader_factory import (
     ProbePlan,
     batch_nbytes,
@@ -84,8 +85,10 @@ def time_rung(
     epoch_batches: int | None = None,
     fetches: list[tuple[float, float, float]] | None = None,
     window_s: float = MIN_MEASURE_S,
+    threads: int | None = None,
 ) -> Rung | None:
-    """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
+    """One setting timed (``threads``: the training process's intra-op threads meanwhile, its own count back after:
+    :mod:`~lightning_bottleneck.measure.host_threads`; None leaves them): steady-state samples/s after the first round of batches, start-up, CPU. With
     ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out; with
     ``epoch_batches`` too (at most EPOCH_TIMING_MAX_BATCHES), the rung runs on to that many batches within its
     deadline and times them as an epoch (:attr:`Rung.epoch_s`). The loader alone without workers stops sooner once
@@ -93,6 +96,40 @@ def time_rung(
     batch's fetch: (wall seconds, CPU seconds, run-queue seconds) of this thread (:func:`time_in_process_with_step`).
     ``window_s``: the steady-state window's length once open (``MIN_MEASURE_S``; shorter where the run confirms the
     choice: :data:`~lightning_bottleneck.measure.loader_with_step.ONE_PASS_WINDOW_S`)."""
+    with held_threads(threads):
+        rung = _time_rung(
+            plan,
+            workers,
+            prefetch,
+            deadline,
+            budget,
+            seed,
+            ladder,
+            batch_bytes,
+            consume,
+            epoch_batches,
+            fetches,
+            window_s,
+        )
+    if rung is not None:
+        rung.threads = threads
+    return rung
+
+
+def _time_rung(
+    plan: ProbePlan,
+    workers: int,
+    prefetch: int | None,
+    deadline: float,
+    budget: float,
+    seed: int,
+    ladder: LoaderLadder,
+    batch_bytes: list[int],
+    consume: Callable[[Any], None] | None,
+    epoch_batches: int | None,
+    fetches: list[tuple[float, float, float]] | None,
+    window_s: float,
+) -> Rung | None:
     rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, window_s))
     dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
     round_size = max(1, workers)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
+from lightning_bottleneck.measure.host_threads import threads_beside_workers
 from lightning_bottleneck.measure.loader_climb import WAIT_BOUND_MAX_WORKERS
 from lightning_bottleneck.measure.loader_factory import ProbePlan, probe_dataloader
 from lightning_bottleneck.measure.loader_rung import MIN_MEASURE_S, affordable, time_rung
@@ -110,6 +111,7 @@ def time_in_training(
     epoch_batches: int | None = None,
     one_pass: bool = False,
     race: bool = True,
+    cap_threads: bool = False,
 ) -> None:
     """Time the current worker count, ``num_workers=0`` (when the current count has workers), the usable core count
     and twice that with the training step (or the given ``candidates``), then the current count again (its two
@@ -127,7 +129,11 @@ def time_in_training(
     trained 1-10% faster in every sweep (15.68 against 16.47 s, 17.50 / 17.63, 17.22 / 18.14, 19.14 / 19.50,
     19.42 / 21.46): the pick of 2 in a third of the fits cost up to ~1 s of its later epochs, and timing 4 cost
     the probe ~0.3 s of its first. ``race=False`` (a fit with too few epochs left to race: one long epoch, where the
-    count applied stays to its end) times both counts once instead."""
+    count applied stays to its end) times both counts once instead.
+
+    ``cap_threads`` (the step on the CPU): each count with workers but the current one is timed with the training
+    process at the intra-op threads its workers leave (:func:`~lightning_bottleneck.measure.host_threads.
+    threads_beside_workers`, :attr:`Rung.threads`), as the advice and autotune then set them."""
     given = candidates is not None
     raced: list[int] = []
     if candidates is None:
@@ -192,6 +198,7 @@ def time_in_training(
             # the current count's epochs are in the fit ledger: only the others run on to time one
             epoch_batches if w != current else None,
             window_s=window,
+            threads=threads_beside_workers(cpus, w) if cap_threads and w != current else None,
         )
         if rung is None:
             break

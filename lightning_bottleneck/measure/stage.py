@@ -434,7 +434,7 @@ def _probe(
         per_epoch = getattr(trainer, "num_training_batches", None)
         epoch_batches = per_epoch if isinstance(per_epoch, int) and per_epoch > 0 else None
         with restored_trial_step(module, batch_idx, precision=str(trainer.precision)) as step:
-            return probe(train_step=step, epoch_batches=epoch_batches)
+            return probe(train_step=step, epoch_batches=epoch_batches, step_on_cpu=True)
     except Exception as err:
         notes.append(f"loader probe failed: {type(err).__name__}: {err}")
         return None

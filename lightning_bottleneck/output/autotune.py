@@ -12,12 +12,13 @@ from lightning_bottleneck.autotune_record import (
     UNDONE,
     AutotuneRecord,
 )
+from lightning_bottleneck.vocabulary import settings_words
 
 __all__ = ["autotune_line", "basis_text", "measured_text", "race_line", "race_text", "settings_text"]
 
 
 def settings_text(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    return settings_words(settings)
 
 
 def measured_text(record: AutotuneRecord) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from lightning_bottleneck.analysis.ledger import PART_LABELS
 from lightning_bottleneck.categories import Category, FitPart, PredictionKind
 from lightning_bottleneck.output.autotune import autotune_line
+from lightning_bottleneck.vocabulary import settings_words
 
 if TYPE_CHECKING:
     from lightning_bottleneck.report import Finding, Recommendation, Report
@@ -215,7 +216,7 @@ def _advice_lines(recs: list[Recommendation], indent: str, reasons: bool) -> lis
     was obtained on the line below."""
     lines = []
     for i, r in enumerate(recs, 1):
-        settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
+        settings = settings_words(r.settings)
         head = f"{indent}{i}. {r.title}" + (f"  ({settings})" if settings else "")
         lines.append(head + (f": {_saving(r)}" if r.speedup_text else ""))
         if reasons and r.speedup_reason:

@@ -36,6 +36,7 @@ from lightning_bottleneck.categories import Category
 from lightning_bottleneck.report import Recommendation, Report
 from lightning_bottleneck.rules.loader_pace import MEASURED_GAIN_MIN
 from lightning_bottleneck.thresholds import EPOCH_STALL_MIN_MS, NO_CHANGE_BAND
+from lightning_bottleneck.vocabulary import TORCH_THREADS
 
 __all__ = [
     "AUTOTUNE_SETTINGS",
@@ -57,7 +58,9 @@ __all__ = [
 ]
 
 #: The DataLoader arguments autotune may change: how batches are produced, never which or in what order.
-AUTOTUNE_SETTINGS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
+#: With them, the training process's intra-op threads beside the workers where the step runs on the CPU
+#: (``torch_threads``, measure/host_threads.py): how many threads compute each op, not what they compute.
+AUTOTUNE_SETTINGS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", TORCH_THREADS)
 #: Steps timed after the switch before it is judged (at least; and at least one whole epoch): enough for a
 #: bootstrap interval of the mean to separate a 10% change from the noise of a shared 2-core machine.
 MIN_CONFIRM_STEPS = 20

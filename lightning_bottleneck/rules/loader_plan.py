@@ -54,6 +54,7 @@ from lightning_bottleneck.rules.loader_prediction import (
 )
 from lightning_bottleneck.rules.noise_band import not_advised
 from lightning_bottleneck.thresholds import INPUT_SHARE_MEDIUM, NO_CHANGE_BAND
+from lightning_bottleneck.vocabulary import TORCH_THREADS
 
 
 def plan_loader(
@@ -332,6 +333,10 @@ def _settings(now: LoaderNow, chosen: Rung | None) -> dict[str, Any]:
             settings["num_workers"] = chosen.num_workers
         if chosen.num_workers > 0 and chosen.prefetch_factor not in (None, now.current.prefetch_factor or 2):
             settings["prefetch_factor"] = chosen.prefetch_factor
+        if chosen.threads is not None and "num_workers" in settings:
+            # timed with the training process at fewer intra-op threads (autotune, a CPU step): its figure holds
+            # only with them (measure/host_threads.py)
+            settings[TORCH_THREADS] = chosen.threads
     return settings
 
 
