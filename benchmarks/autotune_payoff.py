@@ -80,6 +80,9 @@ OWN_WORKLOADS = {
     ),
 }
 #: Loading is the bottleneck: the recovery goal applies.
+#: The candidate settings' keys autotune can apply (rules/autotune.AUTOTUNE_SETTINGS): the sweep's best is the best of
+#: those; ``torch_threads``, the training process's intra-op threads beside CPU-bound workers (measure/host_threads.py).
+AUTOTUNED_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "torch_threads")
 INPUT_WORKLOADS = ("io_wait", "io_wait_workers", "io_wait_persistent", "cpu_transform", "worker_restart")
 #: Loading is not the bottleneck: the not-slower goal applies.
 OTHER_WORKLOADS = ("in_memory", "tiny_linear", "wide_mlp")
@@ -310,8 +313,8 @@ def bench(name: str, epochs: int, repeats: int, budget: float, min_fit_s: float 
     short = short_check(name, epochs, repeats, budget, natural_s) if scale > 1 else None
     sweep = {"{}": natural_s if scale == 1 else _fit(name, "settings", {}, epochs, budget, scale)["fit_s"]}
     for cand in w.candidates:
-        if any(k not in ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory") for k in cand):
-            continue  # autotune changes only the loader's workers: the best it could reach
+        if any(k not in AUTOTUNED_KEYS for k in cand):
+            continue  # autotune changes only the loader's workers (and the threads beside them): the best it could reach
         sweep[json.dumps(cand)] = _fit(name, "settings", cand, epochs, budget, scale)["fit_s"]
     best_key = min(sweep, key=lambda k: sweep[k])
     best = json.loads(best_key)
