@@ -968,9 +968,12 @@ def test_workers_timed_at_fewer_threads_are_advised_with_them() -> None:
     process's own threads carries none."""
     cfg = RunConfig(num_workers=0, batch_size=16, usable_cpus=2, accelerator="cpu")
 
-    def advised(threads: int | None) -> Recommendation:
+    def advised(threads: int | None, twice: bool = False) -> Recommendation:
         trained = [_rung(0, 1_000.0, 0.0), _rung(2, 1_700.0, 0.1)]
-        trained[1].threads = threads
+        if twice:  # the full probe: the current count again, and the win timed a second time
+            trained += [_rung(0, 1_050.0, 0.0), _rung(2, 1_650.0, 0.1)]
+        for r in trained[1::2]:
+            r.threads = threads
         ladder = LoaderLadder([_rung(0, 1_100.0, 0.0)], BOUND_CPU, 16, 2, in_training=trained)
         plan = plan_loader(
             ladder,
@@ -987,6 +990,9 @@ def test_workers_timed_at_fewer_threads_are_advised_with_them() -> None:
     assert capped.settings == {"num_workers": 2, "torch_threads": 1, "persistent_workers": True}, capped
     assert "Until then, num_workers=2, persistent_workers=True, torch.set_num_threads(1):" in capped.detail
     assert "torch_threads" not in capped.detail
+    # a count timed twice is read at its mean rate, at the same threads (the scoreboard's cpu_transform at 194be58
+    # advised 2 workers without them, timed at 1.81x with them: applied 0.99x)
+    assert advised(1, twice=True).settings == capped.settings
     own = advised(None)
     assert own.settings == {"num_workers": 2, "persistent_workers": True}, own
     assert "set_num_threads" not in own.detail

@@ -127,6 +127,7 @@ class LoaderLadder:
             shutdown_s=min(r.shutdown_s for r in found),
             spawn_s=min(r.spawn_s for r in found),
             epoch_s=_mean([r.epoch_s for r in found if r.epoch_s is not None]),
+            threads=found[0].threads,  # a count's timings all run at the threads its workers leave
         )
 
     def rung(self, num_workers: int, prefetch_factor: int | None = None) -> Rung | None:
