@@ -5,10 +5,12 @@ not oversubscribe the cores, but leaves the training process at one intra-op thr
 the CPU, those threads wait for work by spinning (OpenMP's default wait policy) and take the cores the workers load
 on. Issue 29's cpu_transform on the 2-core VM (numpy FFTs per sample, a tiny MLP): an 8-epoch fit took 28.49 s with
 2 persistent workers beside 2 intra-op threads, 17.57 s with ``OMP_NUM_THREADS=1``, 17.79 s with
-``OMP_WAIT_POLICY=PASSIVE``, and 30.01 s (29.82 s at one thread) with loading in-process; ``torch.set_num_threads(1)``
-during the run does the same (a 1 536-sample epoch with 2 workers: 1.18-1.28 s at 2 threads, 0.74-0.76 s at 1, back
-to 1.23-1.25 s at 2 again). Where autotune times and applies workers for a CPU step, the training process keeps the
-cores its workers leave (:func:`threads_beside_workers`), timed with it so that the figure is what the run gets.
+``OMP_WAIT_POLICY=PASSIVE``, and 30.01 s (29.82 s at one thread) with loading in-process (``python
+benchmarks/autotune_payoff.py --child cpu_transform settings '{"num_workers": 2, "persistent_workers": true}' 8 -1
+OUT 11``); ``torch.set_num_threads(1)`` during the run does the same (``python benchmarks/threads_beside_workers.py``).
+Where the loader probe times workers beside a CPU step, the training process keeps the cores they leave
+(:func:`threads_beside_workers`), so that the figure is what the run gets with the advice (and autotune) setting
+that count (``torch_threads``).
 """
 
 from __future__ import annotations
