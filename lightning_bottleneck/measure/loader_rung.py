@@ -13,7 +13,6 @@ from typing import Any
 
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder, Rung
 from lightning_bottleneck.measure.cpus import psutil_module
-from lightning_bottleneck.measure.host_threads import held_threads
 from lightning_bottleneck.measure.loader_factory import (
     ProbePlan,
     batch_nbytes,
@@ -85,10 +84,8 @@ def time_rung(
     epoch_batches: int | None = None,
     fetches: list[tuple[float, float, float]] | None = None,
     window_s: float = MIN_MEASURE_S,
-    threads: int | None = None,
 ) -> Rung | None:
-    """One setting timed (``threads``: the training process's intra-op threads meanwhile, its own count back after:
-    :mod:`~lightning_bottleneck.measure.host_threads`; None leaves them): steady-state samples/s after the first round of batches, start-up, CPU. With
+    """One setting timed: steady-state samples/s after the first round of batches, start-up, CPU. With
     ``consume`` (the training step) each batch is also stepped, and the CPU fields are left out; with
     ``epoch_batches`` too (at most EPOCH_TIMING_MAX_BATCHES), the rung runs on to that many batches within its
     deadline and times them as an epoch (:attr:`Rung.epoch_s`). The loader alone without workers stops sooner once
@@ -96,125 +93,121 @@ def time_rung(
     batch's fetch: (wall seconds, CPU seconds, run-queue seconds) of this thread (:func:`time_in_process_with_step`).
     ``window_s``: the steady-state window's length once open (``MIN_MEASURE_S``; shorter where the run confirms the
     choice: :data:`~lightning_bottleneck.measure.loader_with_step.ONE_PASS_WINDOW_S`)."""
-    with held_threads(threads):  # the training process's threads while the rung runs, its own back after
-        rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, window_s))
-        dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
-        round_size = max(1, workers)
-        # Alone, the loader's first round is start-up. With the step, the workers also fill their prefetch queue
-        # (workers x prefetch_factor batches) while the first batches are stepped: the window opens once that
-        # queue is drained, or batches loaded during start-up would count as loaded at the step's pace.
-        open_at = round_size if consume is None or not workers else workers * (prefetch or 2)
-        epoch_at = (
-            epoch_batches
-            if consume is not None and epoch_batches and epoch_batches <= EPOCH_TIMING_MAX_BATCHES
-            else 0
-        )
-        epoch_s: float | None = None
-        settle = consume is None and workers == 0
-        marks: list[float] = []  # the time at every SETTLED_CHUNK-th batch of the window (settle only)
-        it: Any = None
-        t0 = time.perf_counter()
-        t_iter = t0
-        down_s = 0.0
+    rung_deadline = min(deadline, time.perf_counter() + max(budget * RUNG_BUDGET_SHARE, window_s))
+    dl = probe_dataloader(plan, workers, prefetch, seed, deadline)
+    round_size = max(1, workers)
+    # Alone, the loader's first round is start-up. With the step, the workers also fill their prefetch queue
+    # (workers x prefetch_factor batches) while the first batches are stepped: the window opens once that
+    # queue is drained, or batches loaded during start-up would count as loaded at the step's pace.
+    open_at = round_size if consume is None or not workers else workers * (prefetch or 2)
+    epoch_at = (
+        epoch_batches
+        if consume is not None and epoch_batches and epoch_batches <= EPOCH_TIMING_MAX_BATCHES
+        else 0
+    )
+    epoch_s: float | None = None
+    settle = consume is None and workers == 0
+    marks: list[float] = []  # the time at every SETTLED_CHUNK-th batch of the window (settle only)
+    it: Any = None
+    t0 = time.perf_counter()
+    t_iter = t0
+    down_s = 0.0
 
-        def fetch() -> Any:
-            if fetches is None:
-                return next(it)
-            t, c = time.perf_counter(), _cpu([])
-            got = next(it)
-            wall, c2 = time.perf_counter() - t, _cpu([])
-            fetches.append((wall, c2[0] - c[0], c2[1] - c[1]) if c and c2 else (wall, wall, 0.0))
-            return got
+    def fetch() -> Any:
+        if fetches is None:
+            return next(it)
+        t, c = time.perf_counter(), _cpu([])
+        got = next(it)
+        wall, c2 = time.perf_counter() - t, _cpu([])
+        fetches.append((wall, c2[0] - c[0], c2[1] - c[1]) if c and c2 else (wall, wall, 0.0))
+        return got
 
-        try:
-            it = iter(dl)
-            t_iter = time.perf_counter()
+    try:
+        it = iter(dl)
+        t_iter = time.perf_counter()
+        batch = fetch()
+        t_first = time.perf_counter()
+        if not batch_bytes:
+            batch_bytes.append(batch_nbytes(batch))
+        if consume is not None:
+            consume(batch)
+        del batch
+        pids = [p.pid for p in getattr(it, "_workers", [])]
+        fetched = 1
+        # The steady-state window opens when the first round of batches is in (index round_size - 1).
+        t_open, cpu_open, n_open = t_first, _cpu(pids), 1
+        if open_at > 1:
+            t_open = -1.0
+        now = t_first
+        if epoch_at == 1:
+            epoch_s = time.perf_counter() - t_iter
+        while True:
+            if now >= rung_deadline and fetched >= round_size:
+                break
             batch = fetch()
-            t_first = time.perf_counter()
-            if not batch_bytes:
-                batch_bytes.append(batch_nbytes(batch))
             if consume is not None:
                 consume(batch)
             del batch
-            pids = [p.pid for p in getattr(it, "_workers", [])]
-            fetched = 1
-            # The steady-state window opens when the first round of batches is in (index round_size - 1).
-            t_open, cpu_open, n_open = t_first, _cpu(pids), 1
-            if open_at > 1:
-                t_open = -1.0
-            now = t_first
-            if epoch_at == 1:
-                epoch_s = time.perf_counter() - t_iter
-            while True:
-                if now >= rung_deadline and fetched >= round_size:
+            fetched += 1
+            now = time.perf_counter()
+            if fetched == epoch_at:
+                epoch_s = now - t_iter
+            if fetched == open_at and open_at > 1:
+                t_open, cpu_open, n_open = now, _cpu(pids), fetched
+            if t_open >= 0:
+                rounds = (fetched - n_open) // round_size
+                if rounds >= MIN_ROUNDS and now - t_open >= window_s and fetched >= epoch_at:
                     break
-                batch = fetch()
-                if consume is not None:
-                    consume(batch)
-                del batch
-                fetched += 1
-                now = time.perf_counter()
-                if fetched == epoch_at:
-                    epoch_s = now - t_iter
-                if fetched == open_at and open_at > 1:
-                    t_open, cpu_open, n_open = now, _cpu(pids), fetched
-                if t_open >= 0:
-                    rounds = (fetched - n_open) // round_size
-                    if rounds >= MIN_ROUNDS and now - t_open >= window_s and fetched >= epoch_at:
+                if settle and (fetched - n_open) % SETTLED_CHUNK == 0:
+                    marks.append(now)
+                    if _settled(t_open, marks):
                         break
-                    if settle and (fetched - n_open) % SETTLED_CHUNK == 0:
-                        marks.append(now)
-                        if _settled(t_open, marks):
-                            break
-            cpu_close = _cpu(pids)
-        except (
-            Exception
-        ) as err:  # a worker crash, an unpicklable dataset under spawn, a timeout, a failing step
-            what = "Timing with the training step" if consume is not None else "Loader probe"
-            ladder.notes.append(f"{what} stopped at num_workers={workers}: {type(err).__name__}: {err}")
-            return None
-        finally:
-            t_down = time.perf_counter()
-            shutdown_workers(it)
-            down_s = time.perf_counter() - t_down if workers else 0.0
-        window_batches = fetched - n_open
-        rough = (fetched - n_open) // round_size < MIN_ROUNDS
-        if window_batches > 0 and t_open >= 0 and now > t_open:  # t_open < 0: the window never opened
-            rate = window_batches * plan.batch_size / (now - t_open)
-            measured = now - t_open
-        elif (
-            fetched > 1 and now > t_first
-        ):  # the budget ran out within the first round: all batches after the first
-            rate = (fetched - 1) * plan.batch_size / (now - t_first)
-            measured = now - t_first
-            rough = True
-        else:  # one batch in all: its fetch is the only evidence
-            rate = plan.batch_size / max(t_first - t0, 1e-9)
-            measured = t_first - t0
-            rough = True
-        samples = window_batches * plan.batch_size
-        cpu_per_sample = cpu_share = None
-        if consume is None and cpu_close is not None and cpu_open is not None and samples > 0:
-            cpu_s = max(0.0, cpu_close[0] - cpu_open[0])
-            runnable_wait_s = max(0.0, cpu_close[1] - cpu_open[1])
-            cpu_per_sample = cpu_s / samples
-            on_or_off_core = measured * max(1, workers) - runnable_wait_s
-            cpu_share = min(1.0, cpu_s / on_or_off_core) if on_or_off_core > 0 else 1.0
-        return Rung(
-            num_workers=workers,
-            prefetch_factor=prefetch if workers else None,
-            samples_per_s=rate,
-            startup_s=t_first - t0,
-            cpu_per_sample_s=cpu_per_sample,
-            cpu_share=cpu_share,
-            batches=fetched,
-            measured_s=measured,
-            rough=rough,
-            shutdown_s=down_s,
-            spawn_s=t_iter - t0,
-            epoch_s=epoch_s,
-            threads=threads,
-        )
+        cpu_close = _cpu(pids)
+    except Exception as err:  # a worker crash, an unpicklable dataset under spawn, a timeout, a failing step
+        what = "Timing with the training step" if consume is not None else "Loader probe"
+        ladder.notes.append(f"{what} stopped at num_workers={workers}: {type(err).__name__}: {err}")
+        return None
+    finally:
+        t_down = time.perf_counter()
+        shutdown_workers(it)
+        down_s = time.perf_counter() - t_down if workers else 0.0
+    window_batches = fetched - n_open
+    rough = (fetched - n_open) // round_size < MIN_ROUNDS
+    if window_batches > 0 and t_open >= 0 and now > t_open:  # t_open < 0: the window never opened
+        rate = window_batches * plan.batch_size / (now - t_open)
+        measured = now - t_open
+    elif (
+        fetched > 1 and now > t_first
+    ):  # the budget ran out within the first round: all batches after the first
+        rate = (fetched - 1) * plan.batch_size / (now - t_first)
+        measured = now - t_first
+        rough = True
+    else:  # one batch in all: its fetch is the only evidence
+        rate = plan.batch_size / max(t_first - t0, 1e-9)
+        measured = t_first - t0
+        rough = True
+    samples = window_batches * plan.batch_size
+    cpu_per_sample = cpu_share = None
+    if consume is None and cpu_close is not None and cpu_open is not None and samples > 0:
+        cpu_s = max(0.0, cpu_close[0] - cpu_open[0])
+        runnable_wait_s = max(0.0, cpu_close[1] - cpu_open[1])
+        cpu_per_sample = cpu_s / samples
+        on_or_off_core = measured * max(1, workers) - runnable_wait_s
+        cpu_share = min(1.0, cpu_s / on_or_off_core) if on_or_off_core > 0 else 1.0
+    return Rung(
+        num_workers=workers,
+        prefetch_factor=prefetch if workers else None,
+        samples_per_s=rate,
+        startup_s=t_first - t0,
+        cpu_per_sample_s=cpu_per_sample,
+        cpu_share=cpu_share,
+        batches=fetched,
+        measured_s=measured,
+        rough=rough,
+        shutdown_s=down_s,
+        spawn_s=t_iter - t0,
+        epoch_s=epoch_s,
+    )
 
 
 def time_in_process_with_step(

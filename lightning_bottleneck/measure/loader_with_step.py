@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
-from lightning_bottleneck.measure.host_threads import threads_beside_workers
+from lightning_bottleneck.measure.host_threads import held_threads, threads_beside_workers
 from lightning_bottleneck.measure.loader_climb import WAIT_BOUND_MAX_WORKERS
 from lightning_bottleneck.measure.loader_factory import ProbePlan, probe_dataloader
 from lightning_bottleneck.measure.loader_rung import MIN_MEASURE_S, affordable, time_rung
@@ -183,23 +183,28 @@ def time_in_training(
             # briefly to count, and the figure became a bound; a reserve kept for the second timing (its start-up,
             # its window, the shutdowns) cut io_wait_slow's 16 workers short the same way
             rung_end = deadline
-        rung = time_rung(
-            plan,
-            w,
-            2 if w else None,
-            rung_end,
-            # given candidates (waiting loads), a rung gets its whole share: many waiting workers take most of a
-            # capped one to start (io_wait's 16 timed 0.06 s after 0.35 s of start-up, too briefly to count)
-            budget if not given else float("inf"),
-            seed,
-            ladder,
-            batch_bytes,
-            train_step,
-            # the current count's epochs are in the fit ledger: only the others run on to time one
-            epoch_batches if w != current else None,
-            window_s=window,
-            threads=threads_beside_workers(cpus, w) if cap_threads and w != current else None,
-        )
+        # the training process at the threads this count's workers leave it, its own count back after (the rung
+        # records it: the advice carries it)
+        threads = threads_beside_workers(cpus, w) if cap_threads and w != current else None
+        with held_threads(threads):
+            rung = time_rung(
+                plan,
+                w,
+                2 if w else None,
+                rung_end,
+                # given candidates (waiting loads), a rung gets its whole share: many waiting workers take most of a
+                # capped one to start (io_wait's 16 timed 0.06 s after 0.35 s of start-up, too briefly to count)
+                budget if not given else float("inf"),
+                seed,
+                ladder,
+                batch_bytes,
+                train_step,
+                # the current count's epochs are in the fit ledger: only the others run on to time one
+                epoch_batches if w != current else None,
+                window_s=window,
+            )
+        if rung is not None:
+            rung.threads = threads
         if rung is None:
             break
         ladder.in_training.append(rung)
