@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -22,7 +23,8 @@ from torch.utils.data import DataLoader
 from lightning_bottleneck import BottleneckCallback
 from lightning_bottleneck.live import offload
 from lightning_bottleneck.live.window_analysis import WindowAnalysis
-from lightning_bottleneck.output.child_process import analyse_trace_file
+from lightning_bottleneck.measure.cpus import usable_cpus
+from lightning_bottleneck.output.child_process import READY_JOB, analyse_trace_file
 
 from conftest import quiet_trainer
 from scenarios import Regressor, in_memory
@@ -125,6 +127,59 @@ def test_a_fit_uses_the_child_and_leaves_none_alive(tmp_path: Path, monkeypatch:
     assert len(started.procs) == 1  # one warm child for the fit: the analysis and both pictures
     assert started.alive() == [] and offload.live_children() == []
     assert (tmp_path / "bottleneck_report.html").is_file()
+
+
+@pytest.mark.parametrize("spare_core", [False, True], ids=["every-core", "a-core-spare"])
+def test_a_fit_on_the_cpu_has_the_child_warm_before_its_first_step_where_no_core_is_spare(
+    tmp_path: Path, spare_core: bool
+) -> None:
+    """The child's start (~0.2-0.3 s of CPU) beside the first CPU steps took the cores their intra-op threads run on
+    (cpu_transform_light, 2 cores, 2 threads: 1.3 ms steps took 50-130 ms, booked as training by the ledger); the
+    fit waits for it in setup instead, before the loader's workers start, so that it answered "ready" before the
+    first batch. With a core to spare (fewer intra-op threads than usable cores) it starts beside the steps."""
+    cores = usable_cpus()
+    if spare_core and cores < 2:
+        pytest.skip("one usable core: none to spare")
+    cb = BottleneckCallback(**SMALL)
+    seen: list[bool] = []
+
+    class FirstStep(pl.Callback):
+        def on_train_batch_start(self, *args: Any) -> None:
+            if not seen:
+                worker = cb._run.worker
+                seen.append(worker is not None and getattr(worker, "ready", False) is True)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cores - 1 if spare_core else cores)
+    try:
+        trainer = quiet_trainer(tmp_path, [FirstStep(), cb], max_steps=12)
+        trainer.fit(Regressor(), DataLoader(in_memory(512, 32), batch_size=16))
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [not spare_core]
+    assert cb.report is not None and not any(FALLBACK_NOTE in n for n in cb.report.notes)
+
+
+def test_ready_means_warm_and_a_child_that_never_answers_fails_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ready answer comes after the child's imports, the Text-tab writer's too (no import beside the steps
+    after it); a child that hangs is killed at the wait's timeout and later requests fail at once."""
+    worker = offload.ChildWorker.start(warm_text=True)
+    try:
+        # sent at once: the request waits before the child's first idle moment
+        answer = _raw_request(worker, {"job": READY_JOB})
+        assert answer["ok"] is True and answer["text_writer_ready"] is True, answer
+    finally:
+        worker.close()
+    _hanging_entry(tmp_path, monkeypatch)
+    hung = offload.ChildWorker.start()
+    t0 = time.monotonic()
+    assert hung.wait_ready(1.0) is False and not hung.ready
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(offload.ChildFailed, match="longer than 1 s"):
+        hung.request({"job": "analyse", "path": "nothing", "rank": 0})
+    hung.close()
 
 
 def test_a_child_that_cannot_run_is_one_note_and_the_verdict_still_comes(

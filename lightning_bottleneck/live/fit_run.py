@@ -26,7 +26,7 @@ from lightning_bottleneck.evidence import Evidence, RunConfig, TimingStats
 from lightning_bottleneck.evidence.contention import CpuSnapshot
 from lightning_bottleneck.live.distributed import RankGather, merge_rank_summaries
 from lightning_bottleneck.live.ledger import LiveLedger
-from lightning_bottleneck.live.offload import ChildWorker
+from lightning_bottleneck.live.offload import ChildWorker, waits_for_child
 from lightning_bottleneck.live.phase_hooks import set_phase_hooks
 from lightning_bottleneck.live.profiler_window import ProfilerWindow, worker_name
 from lightning_bottleneck.live.publishing import exit_note, has_tensorboard_logger, publish
@@ -104,9 +104,7 @@ class FitRun:
         self.measured: Evidence | None = None  # what the measurement stage found (once it ran)
         self.memory: MemorySampler | None = None
         self.picture: threading.Thread | None = None
-        # the steps since the window started run beside this package's work (the trace's analysis, the mid-run
-        # picture drawn in the child): open until the picture is drawn, then the ledger marks the span's end
-        self.span_open = False
+        self.span_open = False  # steps beside this package's work (analysis, picture) until the picture is in
         self.ledger: LiveLedger | None = None  # the whole fit by part (live/ledger.py), from setup on
         self.worker: ChildWorker | None = None  # the torch-free child: trace analysis, picture
         self.midrun_report: Report | None = None
@@ -129,11 +127,12 @@ class FitRun:
             Path(self.options.report_path) if self.options.report_path else log_dir / REPORT_FILENAME
         )
         self.ledger = LiveLedger.install(trainer, trainer.lightning_module, self.owner)
-        # The torch-free child starts now (the training thread: the parent-death signal follows it), so
-        # that its interpreter start and imports (~0.3-0.4 s of CPU, at lower priority) overlap Lightning's
-        # own start-up and the steps before the window, and it is warm when the window closes: the
-        # analysis then takes ~50 ms and the mid-run verdict never waits for a start-up.
+        # The torch-free child starts now (the training thread: the parent-death signal follows it) and is warm
+        # when the window closes: the analysis takes ~50 ms and the verdict never waits for its start (~0.3 s of
+        # CPU). A CPU step on every core waits for it here, before the loader's workers and the steps.
         self.worker = ChildWorker.start(warm_text=not has_tensorboard_logger(trainer))
+        if waits_for_child(trainer.strategy.root_device.type):
+            self.worker.wait_ready()
 
     def train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Read the run's configuration, install the sync hooks, set up the gather, start the window."""

@@ -29,19 +29,21 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lightning_bottleneck.output.child_process import WARM_TEXT_FLAG
+from lightning_bottleneck.output.child_process import READY_JOB, WARM_TEXT_FLAG
 
 __all__ = [
     "CHILD_TIMEOUT_S",
     "ENTRY_MODULE",
     "IN_PROCESS_ENV",
     "ONE_THREAD_ENV",
+    "READY_TIMEOUT_S",
     "ChildFailed",
     "ChildJob",
     "ChildWorker",
     "kill_all",
     "live_children",
     "run_child",
+    "waits_for_child",
 ]
 
 #: The pure module the child runs (``python -m``); tests point it elsewhere to make the child fail.
@@ -51,6 +53,9 @@ IN_PROCESS_ENV = "LIGHTNING_BOTTLENECK_IN_PROCESS"
 #: Seconds a child may take before it is killed and the work done in-process: a 15-step window's trace
 #: analyses in well under a second and a picture draws in ~0.2 s; 60 s covers a huge trace on a busy box.
 CHILD_TIMEOUT_S = 60.0
+#: Seconds a fit whose step runs on the CPU waits for the child to be warm before its first step (it starts in
+#: ~0.2 s; a child not ready by then is killed and the work done in-process).
+READY_TIMEOUT_S = 10.0
 
 _FRAMEWORKS = ("torch", "lightning", "pytorch_lightning")
 #: Thread pools of numpy's BLAS / OpenMP runtimes, each held to one thread in the child: it never takes more
@@ -164,6 +169,19 @@ class ChildJob:
             _kill(proc)
 
 
+def waits_for_child(device_type: str) -> bool:
+    """Whether the fit waits for its child to be warm before the steps (:meth:`ChildWorker.wait_ready`): the model
+    trains on the CPU and its intra-op threads take every usable core, so the child's start could only run on a core
+    an OpenMP thread of the step waits on (with a core to spare, or a GPU step, it starts beside the steps)."""
+    if device_type != "cpu":
+        return False
+    import torch
+
+    from lightning_bottleneck.measure.cpus import usable_cpus
+
+    return usable_cpus() <= torch.get_num_threads()
+
+
 class ChildWorker:
     """One child for the whole fit, started at the callback's ``setup`` (its interpreter start and imports
     overlap Lightning's own start-up, so it is warm when the window closes; its CPU is this process tree's in
@@ -176,6 +194,7 @@ class ChildWorker:
 
     def __init__(self) -> None:
         self.failed: str | None = None
+        self.ready = False  # it answered :meth:`wait_ready`
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()  # one request at a time
         self._stderr: Any = None
@@ -232,6 +251,22 @@ class ChildWorker:
             error = answer.get("error") if isinstance(answer, dict) else repr(answer)[:200]
             raise ChildFailed(f"the child process failed: {error}")
         return answer
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Block until the child has started and imported what it needs (:data:`~lightning_bottleneck.output.
+        child_process.READY_JOB`); False when it failed (later requests then fail at once and the work is done
+        in-process). Where :func:`waits_for_child`, the fit waits for this before the loader's workers and its first
+        step: the child's start (~0.2-0.3 s of CPU) beside the first steps took the cores their intra-op threads run on.
+        cpu_transform_light on the 2-core VM (``python benchmarks/payoff_workloads.py --workload
+        cpu_transform_light --mode callback``): steps of 1.3 ms took 50-130 ms while it started, 0.55-0.59 s of
+        training steps against 0.40 s with ``LIGHTNING_BOTTLENECK_IN_PROCESS=1``, and the ledger, which books
+        them as training, read the loader advice at 1.63-1.78x for an applied 1.27-1.45x."""
+        try:
+            self.request({"job": READY_JOB}, timeout_s)
+        except ChildFailed:
+            return False
+        self.ready = True
+        return True
 
     def _last_words(self) -> str:
         """The last line the child wrote to stderr (why it died), if any."""

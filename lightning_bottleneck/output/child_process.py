@@ -8,6 +8,9 @@ lightning, so it starts in ~0.2 s), at a lower scheduling priority. It answers r
 other until its stdin closes (the callback starts one at ``setup`` and keeps it for the fit; with
 :data:`WARM_TEXT_FLAG` when it will write TensorBoard's Text tab):
 
+* ``{"job": "ready"}`` -> ``{}`` once the child has started and imported what it needs (the Text-tab writer
+  too, with :data:`WARM_TEXT_FLAG`): the parent waits for it where the child's start would take the training
+  step's cores (:meth:`~lightning_bottleneck.live.offload.ChildWorker.wait_ready`)
 * ``{"job": "analyse", "path": ..., "rank": ...}`` -> ``{"summary": TraceSummary, "phases": StepPhases}``
 * ``{"job": "picture", "report": Report, "phases": StepPhases, "out_dir": ..., "image": bool}`` ->
   ``{"html": path or None, "png": bytes or None, "notes": [...]}`` (the HTML page written here; the PNG
@@ -44,6 +47,7 @@ from lightning_bottleneck.output.tb_text import WRITER_MODULE
 
 __all__ = [
     "NICE_INCREMENT",
+    "READY_JOB",
     "WARM_TEXT_FLAG",
     "analyse_trace_file",
     "handle",
@@ -61,6 +65,8 @@ NICE_INCREMENT = 5
 #: after the window's analysis instead, a fit that ends right after its window (worker_restart once autotune
 #: switched it: 1 ms steps) had its teardown wait ~0.1 s for it, in one run of three.
 WARM_TEXT_FLAG = "--warm-text"
+#: The request answered once the child is warm (its imports done, the Text-tab writer's too when it will write it).
+READY_JOB = "ready"
 _FORBIDDEN = ("torch", "lightning", "pytorch_lightning")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -114,12 +120,14 @@ def render_picture(request: dict[str, Any]) -> dict[str, Any]:
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     """One job's answer (raises for an unknown job or a failed one)."""
     job = request.get("job")
+    if job == READY_JOB:
+        return {}
     if job == "analyse":
         summary, phases = analyse_trace_file(request["path"], int(request["rank"]))
         return {"summary": summary, "phases": phases}
     if job == "picture":
         return render_picture(request)
-    raise ValueError(f"unknown job {job!r}; the child does 'analyse' and 'picture'")
+    raise ValueError(f"unknown job {job!r}; the child does {READY_JOB!r}, 'analyse' and 'picture'")
 
 
 def _lower_priority() -> None:
@@ -181,6 +189,9 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, warm_tex
             return 0
         except BaseException as err:  # an unreadable request: answer it, the stream may be lost
             request, failed = None, err
+        if warm_text and isinstance(request, dict) and request.get("job") == READY_JOB:
+            _warm_text()  # "ready" means warm: the writer is not imported later, beside the training steps
+            warm_text = False
         try:
             if failed is not None:
                 raise failed
