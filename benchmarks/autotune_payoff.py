@@ -159,6 +159,16 @@ def _diagnosis_s(report: Path) -> float | None:
         return None
 
 
+def _report_why(report: Path) -> dict[str, Any] | None:
+    """The final report's verdict, its advice and its notes: what an autotuned fit that applied nothing read."""
+    try:
+        r = json.loads(report.read_text(encoding="utf-8"))
+        titles = [x.get("title") for x in r.get("recommendations", [])]
+        return {"primary": r.get("primary"), "advice": titles, "notes": r.get("notes", [])}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def child(
     name: str, variant: str, settings: dict[str, Any], epochs: int, budget: float, out: Path, scale: int = 1
 ) -> None:
@@ -201,6 +211,18 @@ def child(
     trainer.fit(model, loader)
     t1 = time.perf_counter()
     record = cb.report.autotune.to_dict() if cb is not None and cb.report and cb.report.autotune else None
+    if record is not None and record.get("status") == "not_applied":
+        # why nothing was applied, kept in the JSON: one io_wait_workers fit of three applied nothing in the
+        # thirty-seventh session's run ("no measured DataLoader setting") and 8 of 8 alone applied 16 workers
+        # (thirty-eighth session); the report of that fit was lost with its temporary folder
+        record["report"] = _report_why(out / "bottleneck_report.json")
+        mid = cb.midrun_report if cb is not None else None
+        if mid is not None:  # the report autotune chose from
+            record["midrun"] = {
+                "primary": mid.primary.value,
+                "advice": [(x.title, x.method, x.settings) for x in mid.recommendations],
+                "notes": mid.notes,
+            }
     result = {
         "fit_s": t1 - t0,
         "autotune": record,

@@ -17,6 +17,11 @@ INPUT_SHARE_HIGH = 0.20
 # (a fork of a DataLoader worker costs a few ms on Linux).
 EPOCH_STALL_RATIO = 5.0
 EPOCH_STALL_MIN_MS = 50.0
+# The model's consumption rate is read at this percentile of (step - data wait) over the timed steps, not
+# the median: profiled steps and steps slowed by other processes on a shared machine make the busy time
+# look longer than the model needs (issue 9 measured 26x slower window steps under contention), and
+# under-estimating consumption under-provisions workers, which costs more than one idle worker does.
+CONSUMPTION_QUANTILE = 25.0
 
 # --- sync ------------------------------------------------------------------------------------------
 # Host time blocked on the device is device time lost the same way DataLoader waits are, so the input

@@ -996,3 +996,26 @@ def test_workers_timed_at_fewer_threads_are_advised_with_them() -> None:
     own = advised(None)
     assert own.settings == {"num_workers": 2, "persistent_workers": True}, own
     assert "set_num_threads" not in own.detail
+
+
+def test_the_probe_aims_at_the_faster_of_the_window_and_the_steps_outside_it() -> None:
+    """Issue 29's io_wait_workers beside a busy core: the profiled window's steps (41 ms less their wait) read 391
+    samples/s, the steps outside it 5 114; aimed at the window's, the climb stopped at the 2 workers the run had and
+    autotune got no measured worker count to apply. The probe aims at the faster of the two."""
+    from lightning_bottleneck.analysis.summary import TraceSummary
+    from lightning_bottleneck.measure.stage import _consumption_rate
+
+    window = TraceSummary(num_steps=5, step_times_ms=[41.0] * 5, data_wait=0.0)
+    outside = TimingStats(
+        steps=20,
+        step_ms=[7.1, 76.7, 15.9, 4.7, 2.3, 9.8, 60.5],
+        data_wait_ms=[2.1, 31.4, 3.6, 3.5, 1.2, 1.1, 21.2],
+        samples_per_step=16.0,
+    )
+    assert _consumption_rate(window, 16, None) == pytest.approx(16 / 0.041)
+    rate = _consumption_rate(window, 16, outside)
+    assert rate == pytest.approx(consumption_rate(outside)) and rate is not None and rate > 4000  # 3.1 ms busy
+    assert _consumption_rate(None, 16, outside) == pytest.approx(rate)
+    slow_outside = TimingStats(steps=20, step_ms=[80.0] * 8, data_wait_ms=[0.0] * 8, samples_per_step=16.0)
+    assert _consumption_rate(window, 16, slow_outside) == pytest.approx(16 / 0.041)  # the window's is faster
+    assert _consumption_rate(None, 16, TimingStats()) is None

@@ -20,7 +20,7 @@ from lightning_bottleneck.evidence.fit_probes import FitProbes
 from lightning_bottleneck.evidence.loader_ladder import LoaderLadder
 from lightning_bottleneck.evidence.memory_trend import MemoryTrend
 from lightning_bottleneck.evidence.trial_results import TrialReport
-from lightning_bottleneck.stats import median
+from lightning_bottleneck.stats import median, percentile
 
 
 @dataclass
@@ -67,6 +67,16 @@ class TimingStats:
     def data_wait_share(self) -> float:
         total = sum(self.step_ms)
         return sum(self.data_wait_ms) / total if total > 0 else 0.0
+
+    def busy_samples_per_s(self, quantile: float = T.CONSUMPTION_QUANTILE) -> float | None:
+        """Samples/s the model takes when it never waits: ``samples_per_step / quantile(step - data wait)``."""
+        if not self.samples_per_step or not self.step_ms:
+            return None
+        waits = (
+            self.data_wait_ms if len(self.data_wait_ms) == len(self.step_ms) else [0.0] * len(self.step_ms)
+        )
+        busy_ms = percentile(sorted(max(0.0, s - w) for s, w in zip(self.step_ms, waits)), quantile)
+        return self.samples_per_step / (busy_ms / 1e3) if busy_ms > 0 else None
 
     # ---- the epoch-start stall, defined once: what the rules, the ranking, the loader rule and the stage read
 

@@ -207,8 +207,9 @@ def probe_loader(
 
 
 def consumption_target(target: float | None, ladder: LoaderLadder) -> float | None:
-    """The rate the climb aims at: the caller's (the profiled window's steps less their data wait), or the step timed
-    back-to-back (:attr:`LoaderLadder.step_ms`: batch size over it), whichever is higher.
+    """The rate the climb aims at: the caller's (the faster of the profiled window's steps less their data wait and
+    the steps timed outside it: measure/stage.py's ``_consumption_rate``), or the step timed back-to-back
+    (:attr:`LoaderLadder.step_ms`: batch size over it), whichever is higher.
 
     The window's figure is low on small steps: the profiler's cost per op lands in the step, not in the wait.
     issue 29's io_wait: 83% of its 64 ms profiled steps waited, so the step seemed to take 10.7 ms (1 500 samples/s,

@@ -240,12 +240,23 @@ def wants_bigger_batch(summary: TraceSummary | None) -> bool:
     return breakdown_from_summary(summary).get(Share.OVERHEAD.value, 0.0) >= thresholds.OVERHEAD_SHARE_MEDIUM
 
 
-def _consumption_rate(summary: TraceSummary | None, batch_size: int | None) -> float | None:
-    """Samples/s the model takes when no batch waits: batch size over the step time without data wait."""
-    if summary is None or not summary.step_times_ms or not batch_size:
-        return None
-    compute_ms = median(summary.step_times_ms) * max(0.0, 1.0 - summary.data_wait)
-    return batch_size * 1000.0 / compute_ms if compute_ms > 0 else None
+def _consumption_rate(
+    summary: TraceSummary | None, batch_size: int | None, timing: TimingStats | None = None
+) -> float | None:
+    """Samples/s the model takes when no batch waits: batch size over the step time without data wait; the
+    faster of the profiled window's (its median) and the steps timed outside it (``timing``, the rules' quantile),
+    as the rules read it. The window's steps run under the profiler and, on a busy machine, for the descheduled
+    cores: issue 29's io_wait_workers beside a busy core read 391 samples/s in the window against 5 114 outside it,
+    so the probe stopped at the 2 workers it had (592 samples/s) and the run got no measured worker count to apply
+    (1 fit in 4-6 beside `yes`; thirty-eighth session). Under-estimating it under-provisions the ladder, which
+    costs the run the setting it needed; over-estimating it costs the probe one more rung."""
+    window = None
+    if summary is not None and summary.step_times_ms and batch_size:
+        compute_ms = median(summary.step_times_ms) * max(0.0, 1.0 - summary.data_wait)
+        window = batch_size * 1000.0 / compute_ms if compute_ms > 0 else None
+    outside = timing.busy_samples_per_s() if timing is not None else None
+    rates = [r for r in (window, outside) if r is not None]
+    return max(rates) if rates else None
 
 
 def measure(
@@ -311,7 +322,7 @@ def measure(
         out.loader_ladder = _probe(
             trainer,
             options,
-            _consumption_rate(summary, cfg.batch_size),
+            _consumption_rate(summary, cfg.batch_size, timing),
             out.notes,
             pl_module,
             batch_idx,

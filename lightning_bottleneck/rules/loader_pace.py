@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import lightning_bottleneck.thresholds as T
 from lightning_bottleneck.evidence import RunConfig, TimingStats
 from lightning_bottleneck.evidence.loader_ladder import BOUND_CPU, BOUND_WAIT, LoaderLadder, Rung
-from lightning_bottleneck.stats import percentile
 
 # A loader "covers" the model when its measured rate is at least this multiple of the consumption rate.
 # The probe timed the loader alone; during training the workers share CPUs with the training process (and,
@@ -50,11 +50,8 @@ CONTENDED_STEP_CORES = 0.5
 # by more than this ratio the machine's speed moved while it was measured, and the in-training speed-up is
 # given as a range (half the 20% the predictions are held to, since either timing may be the off one).
 IN_TRAINING_NOISE_MAX = 1.10
-# The model's consumption rate is read at this percentile of (step - data wait) over the timed steps, not
-# the median: profiled steps and steps slowed by other processes on a shared machine make the busy time
-# look longer than the model needs (issue 9 measured 26x slower window steps under contention), and
-# under-estimating consumption under-provisions workers, which costs more than one idle worker does.
-CONSUMPTION_QUANTILE = 25.0
+# The model's consumption rate: thresholds.CONSUMPTION_QUANTILE (where its value comes from).
+CONSUMPTION_QUANTILE = T.CONSUMPTION_QUANTILE
 # Without a timing with the step, the new step time is predicted from the step's own time (data wait taken out)
 # at its median. When the same prediction at CONSUMPTION_QUANTILE is faster by more than this ratio, the run's
 # own steps disagree about what the step costs, and the speed-up is a range between the two (the same half of
@@ -67,16 +64,7 @@ STEP_SPREAD_MAX = 1.10
 
 def consumption_rate(timing: TimingStats, quantile: float = CONSUMPTION_QUANTILE) -> float | None:
     """Samples/s the model takes when it never waits: ``samples_per_step / quantile(step - data wait)``."""
-    if not timing.samples_per_step or not timing.step_ms:
-        return None
-    waits = (
-        timing.data_wait_ms
-        if len(timing.data_wait_ms) == len(timing.step_ms)
-        else [0.0] * len(timing.step_ms)
-    )
-    busy = sorted(max(0.0, s - w) for s, w in zip(timing.step_ms, waits))
-    busy_ms = percentile(busy, quantile)
-    return timing.samples_per_step / (busy_ms / 1e3) if busy_ms > 0 else None
+    return timing.busy_samples_per_s(quantile)
 
 
 def step_cores_from_window(
